@@ -1,0 +1,321 @@
+//! The compiled, immutable rules of one load, and the reference's matching:
+//! exact `key_value`, then the first matching wildcard in declaration order,
+//! then the key-only default; a limit applies only where the request's
+//! descriptor ends.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use envoy_types::pb::google::protobuf::Struct;
+
+use super::error::ConfigError;
+use super::model::{DescriptorDef, DomainFile, LimitDef, Origin};
+use crate::metrics::{Metrics, RuleStats};
+
+/// A limit a request can hit, with everything a decision and its metrics need.
+#[derive(Debug)]
+pub struct Rule {
+    pub domain: Arc<str>,
+    /// The reference's stats key without the domain, e.g. `key1_value1.subkey1`.
+    pub path: Box<str>,
+    pub limit: LimitDef,
+    pub name: Option<Box<str>>,
+    pub replaces: Box<[Box<str>]>,
+    pub shadow_mode: bool,
+    pub quota_mode: bool,
+    pub detailed_metric: bool,
+    pub metadata: Option<Struct>,
+    pub stats: Arc<RuleStats>,
+}
+
+/// A `*` pattern over the composite `key_value`: each `*` matches any run of
+/// characters, and the literal parts must appear in order.
+#[derive(Debug)]
+struct Pattern {
+    parts: Box<[Box<str>]>,
+}
+
+impl Pattern {
+    fn new(composite: &str) -> Pattern {
+        Pattern {
+            parts: composite.split('*').map(Box::from).collect(),
+        }
+    }
+
+    fn matches(&self, s: &str) -> bool {
+        let (Some(first), Some(last)) = (self.parts.first(), self.parts.last()) else {
+            return false;
+        };
+        let Some(mut rest) = s.strip_prefix(&**first) else {
+            return false;
+        };
+        let middle = &self.parts[1..self.parts.len().saturating_sub(1)];
+        for part in middle {
+            match rest.find(&**part) {
+                Some(i) => rest = &rest[i + part.len()..],
+                None => return false,
+            }
+        }
+        self.parts.len() > 1 && rest.ends_with(&**last)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Node {
+    rule: Option<Arc<Rule>>,
+    children: Option<Level>,
+    /// The configured value, used in place of the runtime value in the counter
+    /// key when `share_threshold` is set.
+    shared_value: Option<Box<str>>,
+    value_to_metric: bool,
+    /// The node's own element of the stats path (`key_value` or `key`).
+    element: Box<str>,
+}
+
+#[derive(Debug, Default)]
+struct KeyNodes {
+    default: Option<Node>,
+    values: HashMap<Box<str>, Node>,
+}
+
+#[derive(Debug, Default)]
+struct Level {
+    keys: HashMap<Box<str>, KeyNodes>,
+    wildcards: Vec<(Pattern, Node)>,
+}
+
+impl Level {
+    fn find(&self, key: &str, value: &str) -> Option<&Node> {
+        let by_key = self.keys.get(key);
+        if let Some(node) = by_key.and_then(|k| k.values.get(value)) {
+            return Some(node);
+        }
+        if !self.wildcards.is_empty() {
+            let composite = format!("{key}_{value}");
+            if let Some((_, node)) = self.wildcards.iter().find(|(p, _)| p.matches(&composite)) {
+                return Some(node);
+            }
+        }
+        by_key.and_then(|k| k.default.as_ref())
+    }
+}
+
+/// One domain's tree.
+#[derive(Debug)]
+pub struct Domain {
+    root: Level,
+    rules: Vec<Arc<Rule>>,
+    /// Counters for Envoy's per-request limit overrides, which match no rule;
+    /// labelled `_override` rather than by their runtime values.
+    pub override_stats: Arc<RuleStats>,
+}
+
+/// What a request descriptor matched.
+#[derive(Debug)]
+pub struct Match<'a> {
+    pub rule: &'a Arc<Rule>,
+    /// Entries whose counter key uses the configured pattern instead of the
+    /// runtime value (`share_threshold`), by entry index.
+    pub shared: Vec<(usize, &'a str)>,
+    /// The stats path when it depends on runtime values (`detailed_metric`,
+    /// `value_to_metric`); `None` means the rule's own path.
+    pub metric_path: Option<String>,
+}
+
+impl Domain {
+    /// Finds the limit for one descriptor's entries, or `None` for no limit.
+    pub fn find<'a>(&'a self, entries: &[(&str, &str)]) -> Option<Match<'a>> {
+        let mut level = &self.root;
+        let mut walked: Vec<&Node> = Vec::new();
+        let last = entries.len().checked_sub(1)?;
+        for (i, (k, v)) in entries.iter().enumerate() {
+            let node = level.find(k, v)?;
+            walked.push(node);
+            if i == last {
+                let rule = node.rule.as_ref()?;
+                return Some(Match {
+                    rule,
+                    shared: shared(&walked),
+                    metric_path: metric_path(rule, &walked, entries),
+                });
+            }
+            level = node.children.as_ref()?;
+        }
+        None
+    }
+
+    /// Every rule of the domain, in declaration order.
+    pub fn rules(&self) -> &[Arc<Rule>] {
+        &self.rules
+    }
+}
+
+fn shared<'a>(walked: &[&'a Node]) -> Vec<(usize, &'a str)> {
+    walked
+        .iter()
+        .enumerate()
+        .filter_map(|(i, n)| n.shared_value.as_deref().map(|v| (i, v)))
+        .collect()
+}
+
+fn metric_path(rule: &Rule, walked: &[&Node], entries: &[(&str, &str)]) -> Option<String> {
+    let dynamic =
+        |n: &Node| rule.detailed_metric || (n.value_to_metric && n.shared_value.is_none());
+    if !walked.iter().any(|n| dynamic(n)) {
+        return None;
+    }
+    let parts: Vec<String> = walked
+        .iter()
+        .zip(entries)
+        .map(|(n, (k, v))| match (dynamic(n), v.is_empty()) {
+            (true, false) => format!("{k}_{v}"),
+            (true, true) => (*k).to_owned(),
+            (false, _) => n.element.to_string(),
+        })
+        .collect();
+    Some(parts.join("."))
+}
+
+/// Compiles parsed files into domains. `merge` lets one domain span files.
+pub fn compile(
+    files: Vec<(PathBuf, DomainFile)>,
+    merge: bool,
+    metrics: &Metrics,
+) -> Result<HashMap<Arc<str>, Domain>, Vec<ConfigError>> {
+    let mut errors = Vec::new();
+    let mut grouped: Vec<(Arc<str>, Vec<DescriptorDef>)> = Vec::new();
+    for (file, df) in files {
+        match grouped.iter_mut().find(|(d, _)| **d == *df.domain) {
+            Some((_, descriptors)) if merge => descriptors.extend(df.descriptors),
+            Some(_) => errors.push(ConfigError {
+                file,
+                position: None,
+                field: "domain".into(),
+                message: format!("duplicate domain '{}' in config file", df.domain),
+            }),
+            None => grouped.push((Arc::from(df.domain.as_str()), df.descriptors)),
+        }
+    }
+    let mut domains = HashMap::new();
+    for (name, descriptors) in grouped {
+        let mut c = Compiler {
+            domain: name.clone(),
+            metrics,
+            errors: &mut errors,
+            rules: Vec::new(),
+        };
+        let root = c.level(&descriptors, &name);
+        let rules = c.rules;
+        let override_stats = metrics.rule(&name, "_override");
+        domains.insert(
+            name,
+            Domain {
+                root,
+                rules,
+                override_stats,
+            },
+        );
+    }
+    if errors.is_empty() {
+        Ok(domains)
+    } else {
+        Err(errors)
+    }
+}
+
+struct Compiler<'a> {
+    domain: Arc<str>,
+    metrics: &'a Metrics,
+    errors: &'a mut Vec<ConfigError>,
+    rules: Vec<Arc<Rule>>,
+}
+
+impl Compiler<'_> {
+    fn level(&mut self, defs: &[DescriptorDef], parent: &str) -> Level {
+        let mut level = Level::default();
+        let mut seen = HashSet::new();
+        for d in defs {
+            let composite = d.composite();
+            let full = format!("{parent}.{composite}");
+            if !seen.insert(composite.clone()) {
+                self.duplicate(&d.origin, &full);
+                continue;
+            }
+            let node = self.node(d, &composite, &full);
+            if composite.contains('*') {
+                level.wildcards.push((Pattern::new(&composite), node));
+                continue;
+            }
+            let slot = level.keys.entry(Box::from(d.key.as_str())).or_default();
+            match &d.value {
+                Some(v) => {
+                    slot.values.insert(Box::from(v.as_str()), node);
+                }
+                None => slot.default = Some(node),
+            }
+        }
+        level
+    }
+
+    fn duplicate(&mut self, origin: &Origin, full: &str) {
+        self.errors.push(ConfigError {
+            file: origin.file.clone(),
+            position: origin.position,
+            field: origin.field.clone(),
+            message: format!("duplicate descriptor composite key '{full}'"),
+        });
+    }
+
+    fn node(&mut self, d: &DescriptorDef, composite: &str, full: &str) -> Node {
+        let path = &full[self.domain.len() + 1..];
+        let rule = d.rate_limit.as_ref().map(|rl| {
+            let rule = Arc::new(Rule {
+                domain: self.domain.clone(),
+                path: Box::from(path),
+                limit: rl.limit,
+                name: rl.name.as_deref().map(Box::from),
+                replaces: rl.replaces.iter().map(|r| Box::from(r.as_str())).collect(),
+                shadow_mode: d.shadow_mode,
+                quota_mode: d.quota_mode,
+                detailed_metric: d.detailed_metric,
+                metadata: d.metadata.clone(),
+                stats: self.metrics.rule(&self.domain, path),
+            });
+            self.rules.push(rule.clone());
+            rule
+        });
+        let children = (!d.descriptors.is_empty()).then(|| self.level(&d.descriptors, full));
+        Node {
+            rule,
+            children,
+            shared_value: d
+                .share_threshold
+                .then(|| Box::from(d.value.as_deref().unwrap_or(&d.key))),
+            value_to_metric: d.value_to_metric,
+            element: Box::from(composite),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_match_prefix_middle_and_suffix() {
+        let p = Pattern::new("midWild_bar*b");
+        assert!(p.matches("midWild_barab"));
+        assert!(p.matches("midWild_bar123b"));
+        assert!(p.matches("midWild_barb"));
+        assert!(!p.matches("midWild_bara"));
+        assert!(!p.matches("midWild_xbarb"));
+        let m = Pattern::new("multiWild_foo*bar*baz");
+        assert!(m.matches("multiWild_foo123bar456baz"));
+        assert!(m.matches("multiWild_foobarbaz"));
+        assert!(!m.matches("multiWild_foo123baz"));
+        assert!(!m.matches("multiWild_bar456baz"));
+        // Prefix and suffix may not overlap.
+        assert!(!Pattern::new("k_ab*ba").matches("k_aba"));
+    }
+}

@@ -1,0 +1,520 @@
+//! The typed model of one config file, in the envoyproxy/ratelimit format, and
+//! its validation. Parsing goes through the positioned tree of [`super::yaml`]
+//! so every error can say where it is.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use envoy_types::pb::google::protobuf::{ListValue, Struct, Value as PbValue, value::Kind};
+use serde_saphyr::Location;
+
+use super::error::ConfigError;
+use super::yaml::{self, Node, Value, position};
+use crate::limiter::Unit;
+
+/// The reference's flat allow-list of keys: any other key, at any depth outside
+/// `metadata`, is an error.
+pub const VALID_KEYS: [&str; 16] = [
+    "domain",
+    "key",
+    "value",
+    "descriptors",
+    "rate_limit",
+    "unit",
+    "requests_per_unit",
+    "unlimited",
+    "shadow_mode",
+    "quota_mode",
+    "name",
+    "replaces",
+    "detailed_metric",
+    "value_to_metric",
+    "share_threshold",
+    "metadata",
+];
+
+/// One file: a domain and its descriptor tree.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DomainFile {
+    pub domain: String,
+    pub descriptors: Vec<DescriptorDef>,
+}
+
+/// Where a definition was written, for later (cross-file) errors.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Origin {
+    pub file: std::path::PathBuf,
+    pub position: Option<(u64, u64)>,
+    pub field: String,
+}
+
+/// One node of the descriptor tree as written.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DescriptorDef {
+    pub key: String,
+    pub value: Option<String>,
+    pub rate_limit: Option<RateLimitDef>,
+    pub shadow_mode: bool,
+    pub quota_mode: bool,
+    pub detailed_metric: bool,
+    pub value_to_metric: bool,
+    pub share_threshold: bool,
+    pub metadata: Option<Struct>,
+    pub descriptors: Vec<DescriptorDef>,
+    pub origin: Origin,
+}
+
+impl DescriptorDef {
+    /// The reference's node identity: `key_value`, or `key` without a value.
+    pub fn composite(&self) -> String {
+        match &self.value {
+            Some(v) => format!("{}_{}", self.key, v),
+            None => self.key.clone(),
+        }
+    }
+}
+
+/// What a rule allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitDef {
+    Unlimited,
+    Limited { unit: Unit, requests_per_unit: u32 },
+}
+
+/// A `rate_limit` block.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RateLimitDef {
+    pub limit: LimitDef,
+    pub name: Option<String>,
+    pub replaces: Vec<String>,
+}
+
+struct Parser<'a> {
+    file: &'a Path,
+    errors: Vec<ConfigError>,
+}
+
+/// Parses and validates one file on its own (cross-file rules are checked when
+/// the directory is compiled).
+pub fn parse_file(file: &Path, text: &str) -> Result<DomainFile, Vec<ConfigError>> {
+    let mut p = Parser {
+        file,
+        errors: Vec::new(),
+    };
+    let root = match yaml::parse(text) {
+        Ok(root) => root,
+        Err(e) => {
+            return Err(vec![ConfigError {
+                file: file.to_path_buf(),
+                position: e.position,
+                field: String::new(),
+                message: format!("error loading config file: {}", e.message),
+            }]);
+        }
+    };
+    p.check_generic(&root, "", false);
+    if !p.errors.is_empty() {
+        return Err(p.errors);
+    }
+    let parsed = p.domain_file(&root);
+    if p.errors.is_empty() {
+        Ok(parsed)
+    } else {
+        Err(p.errors)
+    }
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+impl Parser<'_> {
+    fn error(&mut self, loc: &Location, field: &str, message: impl Into<String>) {
+        self.errors.push(ConfigError {
+            file: self.file.to_path_buf(),
+            position: position(loc),
+            field: field.to_owned(),
+            message: message.into(),
+        });
+    }
+
+    /// The reference's first pass: string keys from the allow-list, lists of
+    /// maps, and no scalar other than string, integer, boolean or null.
+    fn check_generic(&mut self, node: &Node, path: &str, in_metadata: bool) {
+        match &node.value {
+            Value::Map(entries) => {
+                for (k, v) in entries {
+                    let Value::Str(key) = &k.value else {
+                        if !in_metadata {
+                            let msg =
+                                format!("config error, key is not of type string: {}", k.value);
+                            self.error(&k.referenced, path, msg);
+                        }
+                        continue;
+                    };
+                    let field = join(path, key);
+                    if !in_metadata && !VALID_KEYS.contains(&key.as_str()) {
+                        let msg = format!("config error, unknown key '{key}'");
+                        self.error(&k.referenced, &field, msg);
+                        continue;
+                    }
+                    self.check_generic(v, &field, in_metadata || key == "metadata");
+                }
+            }
+            Value::Seq(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    let field = format!("{path}[{i}]");
+                    if !in_metadata && !matches!(item.value, Value::Map(_)) {
+                        let msg = format!(
+                            "config error, yaml file contains list of type other than map: {}",
+                            item.value
+                        );
+                        self.error(&item.referenced, &field, msg);
+                        continue;
+                    }
+                    self.check_generic(item, &field, in_metadata);
+                }
+            }
+            Value::Float(x) if !in_metadata => {
+                let msg = format!(
+                    "error checking config: {x} is a float; only strings, integers, booleans and null are accepted"
+                );
+                self.error(&node.referenced, path, msg);
+            }
+            _ => {}
+        }
+    }
+
+    fn domain_file(&mut self, root: &Node) -> DomainFile {
+        let mut out = DomainFile {
+            domain: String::new(),
+            descriptors: Vec::new(),
+        };
+        let entries = match &root.value {
+            Value::Map(entries) => entries.as_slice(),
+            Value::Null => &[],
+            other => {
+                let msg = format!(
+                    "error loading config file: the document is a {}, not a map with domain and descriptors",
+                    other.kind()
+                );
+                self.error(&root.referenced, "", msg);
+                return out;
+            }
+        };
+        for (k, v) in entries {
+            match key_of(k) {
+                "domain" => out.domain = self.string(v, "domain").unwrap_or_default(),
+                "descriptors" => out.descriptors = self.descriptors(v, "descriptors"),
+                other => self.misplaced(k, other, "the top level"),
+            }
+        }
+        if out.domain.is_empty() {
+            self.error(
+                &root.referenced,
+                "domain",
+                "config file cannot have empty domain",
+            );
+        }
+        out
+    }
+
+    fn misplaced(&mut self, k: &Node, key: &str, level: &str) {
+        let msg = format!(
+            "config error, unknown key '{key}' at {level} (it belongs elsewhere in the tree)"
+        );
+        self.error(&k.referenced, key, msg);
+    }
+
+    fn descriptors(&mut self, node: &Node, path: &str) -> Vec<DescriptorDef> {
+        match &node.value {
+            Value::Null => Vec::new(),
+            Value::Seq(items) => items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| self.descriptor(item, &format!("{path}[{i}]")))
+                .collect(),
+            other => {
+                let msg = format!(
+                    "error loading config file: descriptors must be a list, not a {}",
+                    other.kind()
+                );
+                self.error(&node.referenced, path, msg);
+                Vec::new()
+            }
+        }
+    }
+
+    fn descriptor(&mut self, node: &Node, path: &str) -> DescriptorDef {
+        let mut d = DescriptorDef {
+            origin: Origin {
+                file: self.file.to_path_buf(),
+                position: position(&node.referenced),
+                field: path.to_owned(),
+            },
+            ..DescriptorDef::default()
+        };
+        let Value::Map(entries) = &node.value else {
+            return d;
+        };
+        let mut rate_limit = None;
+        for (k, v) in entries {
+            let key = key_of(k);
+            let field = join(path, key);
+            match key {
+                "key" => d.key = self.string(v, &field).unwrap_or_default(),
+                "value" => d.value = self.string(v, &field),
+                "rate_limit" => rate_limit = Some((v, field)),
+                "shadow_mode" => d.shadow_mode = self.boolean(v, &field),
+                "quota_mode" => d.quota_mode = self.boolean(v, &field),
+                "detailed_metric" => d.detailed_metric = self.boolean(v, &field),
+                "value_to_metric" => d.value_to_metric = self.boolean(v, &field),
+                "share_threshold" => d.share_threshold = self.boolean(v, &field),
+                "metadata" => d.metadata = self.metadata(v, &field),
+                "descriptors" => d.descriptors = self.descriptors(v, &field),
+                other => self.misplaced(k, other, "a descriptor"),
+            }
+        }
+        if d.key.is_empty() {
+            self.error(
+                &node.referenced,
+                &join(path, "key"),
+                "descriptor has empty key",
+            );
+        }
+        if let Some((v, field)) = rate_limit {
+            d.rate_limit = self.rate_limit(v, &field);
+        }
+        if d.share_threshold && !d.composite().contains('*') {
+            let msg = format!(
+                "share_threshold can only be used with wildcard values (containing '*'), but found key '{}'",
+                d.composite()
+            );
+            self.error(&node.referenced, &join(path, "share_threshold"), msg);
+        }
+        d
+    }
+
+    fn rate_limit(&mut self, node: &Node, path: &str) -> Option<RateLimitDef> {
+        let entries = match &node.value {
+            Value::Map(entries) => entries.as_slice(),
+            Value::Null => &[],
+            other => {
+                let msg = format!(
+                    "error loading config file: rate_limit must be a map, not a {}",
+                    other.kind()
+                );
+                self.error(&node.referenced, path, msg);
+                return None;
+            }
+        };
+        let (mut unit, mut rpu, mut unlimited, mut name, mut replaces) =
+            (None, 0u32, false, None, Vec::new());
+        for (k, v) in entries {
+            let key = key_of(k);
+            let field = join(path, key);
+            match key {
+                "unit" => unit = Some((self.string(v, &field).unwrap_or_default(), v)),
+                "requests_per_unit" => rpu = self.uint32(v, &field),
+                "unlimited" => unlimited = self.boolean(v, &field),
+                "name" => name = self.string(v, &field).filter(|s| !s.is_empty()),
+                "replaces" => replaces = self.replaces(v, &field),
+                other => self.misplaced(k, other, "rate_limit"),
+            }
+        }
+        let unit_field = join(path, "unit");
+        let limit = if unlimited {
+            if let Some((u, v)) = &unit
+                && Unit::parse(u).is_some()
+            {
+                self.error(
+                    &v.referenced,
+                    &unit_field,
+                    "should not specify rate limit unit when unlimited",
+                );
+            }
+            LimitDef::Unlimited
+        } else {
+            let text = unit.as_ref().map(|(u, _)| u.as_str()).unwrap_or_default();
+            match Unit::parse(text) {
+                Some(unit) => LimitDef::Limited {
+                    unit,
+                    requests_per_unit: rpu,
+                },
+                None => {
+                    let loc = unit
+                        .as_ref()
+                        .map_or(&node.referenced, |(_, v)| &v.referenced);
+                    self.error(
+                        loc,
+                        &unit_field,
+                        format!("invalid rate limit unit '{text}'"),
+                    );
+                    return None;
+                }
+            }
+        };
+        for (i, (r, loc)) in replaces.iter().enumerate() {
+            let field = format!("{path}.replaces[{i}].name");
+            if r.is_empty() {
+                self.error(loc, &field, "should not have an empty replaces entry");
+            } else if name.as_deref() == Some(r.as_str()) {
+                self.error(
+                    loc,
+                    &field,
+                    "replaces should not contain name of same descriptor",
+                );
+            }
+        }
+        Some(RateLimitDef {
+            limit,
+            name,
+            replaces: replaces.into_iter().map(|(r, _)| r).collect(),
+        })
+    }
+
+    fn replaces(&mut self, node: &Node, path: &str) -> Vec<(String, Location)> {
+        let items = match &node.value {
+            Value::Seq(items) => items.as_slice(),
+            Value::Null => &[],
+            other => {
+                let msg = format!(
+                    "error loading config file: replaces must be a list, not a {}",
+                    other.kind()
+                );
+                self.error(&node.referenced, path, msg);
+                return Vec::new();
+            }
+        };
+        let mut out = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let mut name = String::new();
+            if let Value::Map(entries) = &item.value {
+                for (k, v) in entries {
+                    let field = format!("{path}[{i}].{}", key_of(k));
+                    match key_of(k) {
+                        "name" => name = self.string(v, &field).unwrap_or_default(),
+                        other => self.misplaced(k, other, "a replaces entry"),
+                    }
+                }
+            }
+            out.push((name, item.referenced));
+        }
+        out
+    }
+
+    fn string(&mut self, node: &Node, field: &str) -> Option<String> {
+        match &node.value {
+            Value::Null => None,
+            Value::Str(s) => Some(s.clone()),
+            // YAML scalars such as `value: 123` or `value: true` are strings to the reference.
+            Value::Int(_) | Value::Bool(_) => Some(node.value.to_string()),
+            other => {
+                let msg = format!(
+                    "error loading config file: expected a string, found a {}",
+                    other.kind()
+                );
+                self.error(&node.referenced, field, msg);
+                None
+            }
+        }
+    }
+
+    fn boolean(&mut self, node: &Node, field: &str) -> bool {
+        match &node.value {
+            Value::Bool(b) => *b,
+            Value::Null => false,
+            other => {
+                let msg = format!(
+                    "error loading config file: expected true or false, found {} '{other}'",
+                    other.kind()
+                );
+                self.error(&node.referenced, field, msg);
+                false
+            }
+        }
+    }
+
+    fn uint32(&mut self, node: &Node, field: &str) -> u32 {
+        match &node.value {
+            Value::Int(i) => match u32::try_from(*i) {
+                Ok(n) => n,
+                Err(_) => {
+                    let msg =
+                        format!("error loading config file: {i} is not an unsigned 32-bit integer");
+                    self.error(&node.referenced, field, msg);
+                    0
+                }
+            },
+            Value::Null => 0,
+            other => {
+                let msg = format!(
+                    "error loading config file: expected an unsigned integer, found {} '{other}'",
+                    other.kind()
+                );
+                self.error(&node.referenced, field, msg);
+                0
+            }
+        }
+    }
+
+    fn metadata(&mut self, node: &Node, field: &str) -> Option<Struct> {
+        match to_pb(node) {
+            Ok(PbValue {
+                kind: Some(Kind::StructValue(s)),
+            }) => Some(s),
+            Ok(PbValue {
+                kind: Some(Kind::NullValue(_)),
+            }) => None,
+            Ok(_) => {
+                self.error(
+                    &node.referenced,
+                    field,
+                    "error parsing metadata: metadata must be a map",
+                );
+                None
+            }
+            Err((loc, msg)) => {
+                self.error(&loc, field, format!("error parsing metadata: {msg}"));
+                None
+            }
+        }
+    }
+}
+
+fn key_of(k: &Node) -> &str {
+    match &k.value {
+        Value::Str(s) => s,
+        _ => "",
+    }
+}
+
+fn to_pb(node: &Node) -> Result<PbValue, (Location, String)> {
+    let kind = match &node.value {
+        Value::Null => Kind::NullValue(0),
+        Value::Bool(b) => Kind::BoolValue(*b),
+        Value::Int(i) => Kind::NumberValue(*i as f64),
+        Value::Float(x) => Kind::NumberValue(*x),
+        Value::Str(s) => Kind::StringValue(s.clone()),
+        Value::Seq(items) => Kind::ListValue(ListValue {
+            values: items.iter().map(to_pb).collect::<Result<_, _>>()?,
+        }),
+        Value::Map(entries) => {
+            let mut fields = BTreeMap::new();
+            for (k, v) in entries {
+                let Value::Str(key) = &k.value else {
+                    return Err((k.referenced, format!("key {} is not a string", k.value)));
+                };
+                fields.insert(key.clone(), to_pb(v)?);
+            }
+            Kind::StructValue(Struct {
+                fields: fields.into_iter().collect(),
+            })
+        }
+    };
+    Ok(PbValue { kind: Some(kind) })
+}

@@ -1,0 +1,186 @@
+//! A generic YAML tree that keeps the position of every node.
+//!
+//! The reference validates a config in two passes: a generic pass over the raw
+//! document (string keys, known keys, no floats) and a typed pass. Parsing into
+//! this tree first lets sluice do the same while still knowing the line and
+//! column of each field for its error messages.
+
+use std::fmt;
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_saphyr::{Location, Spanned};
+
+/// One YAML node with the place it was written.
+pub type Node = Spanned<Value>;
+
+/// A YAML value as the document wrote it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Null,
+    Bool(bool),
+    Int(i128),
+    Float(f64),
+    Str(String),
+    Seq(Vec<Node>),
+    Map(Vec<(Node, Node)>),
+}
+
+impl Value {
+    /// The name of the value's type, for error messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Value::Null => "null",
+            Value::Bool(_) => "boolean",
+            Value::Int(_) => "integer",
+            Value::Float(_) => "float",
+            Value::Str(_) => "string",
+            Value::Seq(_) => "list",
+            Value::Map(_) => "map",
+        }
+    }
+}
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Null => f.write_str(""),
+            Value::Bool(b) => write!(f, "{b}"),
+            Value::Int(i) => write!(f, "{i}"),
+            Value::Float(x) => write!(f, "{x}"),
+            Value::Str(s) => f.write_str(s),
+            Value::Seq(_) => f.write_str("[...]"),
+            Value::Map(_) => f.write_str("{...}"),
+        }
+    }
+}
+
+/// Line and column of a node, when the parser knew them.
+pub fn position(loc: &Location) -> Option<(u64, u64)> {
+    (loc.line() > 0).then(|| (loc.line(), loc.column()))
+}
+
+struct ValueVisitor;
+
+impl<'de> Visitor<'de> for ValueVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any YAML value")
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Int(v.into()))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::Int(v.into()))
+    }
+    fn visit_i128<E: de::Error>(self, v: i128) -> Result<Value, E> {
+        Ok(Value::Int(v))
+    }
+    fn visit_u128<E: de::Error>(self, v: u128) -> Result<Value, E> {
+        Ok(i128::try_from(v).map_or(Value::Float(v as f64), Value::Int))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::Float(v))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::Str(v.to_owned()))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+        Ok(Value::Str(v))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        Value::deserialize(d)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element::<Node>()? {
+            items.push(item);
+        }
+        Ok(Value::Seq(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut entries = Vec::new();
+        while let Some(entry) = map.next_entry::<Node, Node>()? {
+            entries.push(entry);
+        }
+        Ok(Value::Map(entries))
+    }
+}
+
+impl<'de> Deserialize<'de> for Value {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ValueVisitor)
+    }
+}
+
+/// A YAML syntax error with its position.
+#[derive(Debug)]
+pub struct SyntaxError {
+    pub message: String,
+    pub position: Option<(u64, u64)>,
+}
+
+/// Parses one document into a positioned tree. An empty document is `Null`.
+pub fn parse(text: &str) -> Result<Node, SyntaxError> {
+    if text.trim().is_empty() {
+        return Ok(Spanned::new(
+            Value::Null,
+            Location::UNKNOWN,
+            Location::UNKNOWN,
+        ));
+    }
+    serde_saphyr::from_str::<Node>(text).map_err(|e| SyntaxError {
+        position: e.location().as_ref().and_then(position),
+        message: first_line(&e.to_string()),
+    })
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or_default().trim().to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_positions_of_keys_and_values() {
+        let node = parse("domain: d\ndescriptors:\n  - key: k\n    value: 1.5\n").unwrap();
+        let Value::Map(entries) = &node.value else {
+            panic!("not a map: {node:?}")
+        };
+        assert_eq!(entries[0].0.value, Value::Str("domain".into()));
+        let Value::Seq(items) = &entries[1].1.value else {
+            panic!("not a seq")
+        };
+        let Value::Map(d) = &items[0].value else {
+            panic!("not a map")
+        };
+        assert_eq!(d[1].1.value, Value::Float(1.5));
+        assert_eq!(position(&d[1].0.referenced), Some((4, 5)));
+    }
+
+    #[test]
+    fn non_string_keys_survive() {
+        let node = parse("0.25: x\n").unwrap();
+        let Value::Map(entries) = &node.value else {
+            panic!()
+        };
+        assert_eq!(entries[0].0.value.to_string(), "0.25");
+    }
+
+    #[test]
+    fn syntax_error_has_position() {
+        let err = parse("'''\n").unwrap_err();
+        assert!(!err.message.is_empty());
+    }
+}

@@ -1,0 +1,21 @@
+//! sluice: a rate-limit service for Envoy's `ratelimit` filter, reading
+//! envoyproxy/ratelimit configs unchanged.
+//!
+//! - [`config`]: the YAML model, validation, the compiled matcher, loading.
+//! - [`limiter`]: pure decisions (windows, hits, statuses, Retry-After).
+//! - [`store`]: counter stores behind one trait.
+//! - [`service`]: the gRPC `ShouldRateLimit` handler; [`admin`]: HTTP endpoints.
+//! - [`server`]: runs both on caller-bound listeners with one shutdown path.
+
+#![forbid(unsafe_code)]
+#![deny(rust_2018_idioms)]
+
+pub mod admin;
+pub mod config;
+pub mod limiter;
+pub mod metrics;
+pub mod protojson;
+pub mod request;
+pub mod server;
+pub mod service;
+pub mod store;

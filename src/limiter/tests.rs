@@ -1,0 +1,147 @@
+use super::*;
+
+fn counted(limit: u32, hits: u64, after: u64) -> Counted {
+    Counted {
+        requests_per_unit: limit,
+        window: Window::containing(Unit::Minute, Now(1_000_000)),
+        hits,
+        after,
+        shadow: false,
+        quota: false,
+    }
+}
+
+const NOW: Now = Now(1_000_000);
+
+#[test]
+fn hits_addend_rules() {
+    assert_eq!(hits(0, None), 1, "request-level 0 means 1");
+    assert_eq!(hits(5, None), 5);
+    assert_eq!(
+        hits(5, Some(0)),
+        0,
+        "a present per-descriptor 0 checks only"
+    );
+    assert_eq!(hits(0, Some(7)), 7, "a present per-descriptor addend wins");
+}
+
+#[test]
+fn over_only_when_the_count_after_exceeds_the_limit() {
+    let at = status(&counted(10, 1, 10), NOW);
+    assert!(!at.over);
+    assert_eq!(at.remaining, 0);
+    let past = status(&counted(10, 1, 11), NOW);
+    assert!(past.over);
+    assert_eq!(past.remaining, 0);
+    let first = status(&counted(10, 1, 1), NOW);
+    assert_eq!(first.remaining, 9);
+    assert_eq!(first.reset_seconds, 20);
+}
+
+#[test]
+fn a_limit_of_zero_blocks_everything() {
+    assert!(status(&counted(0, 1, 1), NOW).over);
+}
+
+#[test]
+fn check_only_does_not_tip_over() {
+    // hits 0 and a counter at the limit: still within.
+    assert!(!status(&counted(3, 0, 3), NOW).over);
+    assert!(status(&counted(3, 0, 4), NOW).over);
+}
+
+#[test]
+fn near_limit_numbers_match_the_reference() {
+    // TestNearLimit: 15/h, counts 11, 13, 16.
+    let s = status(&counted(15, 1, 11), NOW);
+    assert_eq!((s.remaining, s.stats.near_limit), (4, 0));
+    let s = status(&counted(15, 1, 13), NOW);
+    assert_eq!((s.remaining, s.stats.near_limit), (2, 1));
+    assert!(status(&counted(15, 1, 16), NOW).over);
+    // 20/s, hits 3, after 22: over 2, near 1.
+    let s = status(&counted(20, 3, 22), NOW).stats;
+    assert_eq!((s.over_limit, s.near_limit), (2, 1));
+    // 20/s, hits 7, after 22: over 2, near 4.
+    let s = status(&counted(20, 7, 22), NOW).stats;
+    assert_eq!((s.over_limit, s.near_limit), (2, 4));
+    // 10/s, hits 3, after 30: over 3.
+    let s = status(&counted(10, 3, 30), NOW).stats;
+    assert_eq!((s.over_limit, s.near_limit, s.total_hits), (3, 0, 3));
+}
+
+#[test]
+fn shadow_mode_allows_and_counts() {
+    let mut c = counted(2, 1, 3);
+    c.shadow = true;
+    let s = status(&c, NOW);
+    assert!(!s.over);
+    assert_eq!(s.remaining, 0);
+    assert_eq!(s.stats.shadow_mode, 1);
+    assert_eq!(
+        summarize([&s], false),
+        Summary {
+            over: false,
+            retry_after: None
+        }
+    );
+}
+
+#[test]
+fn retry_after_is_the_latest_reset_of_the_over_descriptors() {
+    let mut short = status(&counted(1, 1, 2), NOW);
+    short.reset_seconds = 5;
+    let mut long = status(&counted(1, 1, 2), NOW);
+    long.reset_seconds = 40;
+    let ok = status(&counted(10, 1, 1), Now(1_000_059));
+    let s = summarize([&short, &ok, &long], false);
+    assert_eq!(
+        s,
+        Summary {
+            over: true,
+            retry_after: Some(40)
+        }
+    );
+    assert_eq!(summarize([&ok], false).retry_after, None);
+}
+
+#[test]
+fn retry_after_is_at_least_one() {
+    let mut s = status(&counted(1, 1, 2), NOW);
+    s.reset_seconds = 0;
+    assert_eq!(summarize([&s], false).retry_after, Some(1));
+}
+
+#[test]
+fn global_shadow_allows_everything_without_retry_after() {
+    let s = status(&counted(1, 1, 2), NOW);
+    assert_eq!(
+        summarize([&s], true),
+        Summary {
+            over: false,
+            retry_after: None
+        }
+    );
+}
+
+#[test]
+fn quota_mode_is_over_only_when_every_quota_descriptor_is() {
+    let mut a = counted(5, 1, 6);
+    a.quota = true;
+    let mut b = counted(3, 1, 1);
+    b.quota = true;
+    let (sa, sb) = (status(&a, NOW), status(&b, NOW));
+    assert!(sa.over, "the status itself stays over");
+    assert!(!summarize([&sa, &sb], false).over);
+    b.after = 4;
+    let mut sb = status(&b, NOW);
+    sb.reset_seconds = 7;
+    let mut sa = sa;
+    sa.reset_seconds = 30;
+    assert_eq!(
+        summarize([&sa, &sb], false),
+        Summary {
+            over: true,
+            retry_after: Some(7)
+        }
+    );
+}

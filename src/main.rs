@@ -1,0 +1,210 @@
+//! The `sluice` command line: `serve` (the default) and `check`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use sluice::config::{LiveRules, LoadOptions, load_dir};
+use sluice::metrics::Metrics;
+use sluice::server::{self, Listeners};
+use sluice::service::{RateLimiter, Settings};
+use sluice::store::MemoryStore;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+/// A rate-limit service for Envoy, compatible with envoyproxy/ratelimit configs.
+#[derive(Parser)]
+#[command(name = "sluice", version, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the rules (the default when no command is given).
+    Serve(ServeArgs),
+    /// Validate a config directory: one line per domain, or the errors and exit 1.
+    Check(CheckArgs),
+}
+
+#[derive(Args, Clone)]
+struct ConfigArgs {
+    /// Allow one domain to be spread across several files.
+    #[arg(long, env = "SLUICE_MERGE_DOMAINS")]
+    merge_domains: bool,
+}
+
+#[derive(Args, Clone)]
+struct ServeArgs {
+    /// Directory of rule files (*.yaml, *.yml; dot-files skipped).
+    #[arg(long, env = "SLUICE_CONFIG", default_value = "descriptors")]
+    config: PathBuf,
+    #[command(flatten)]
+    config_args: ConfigArgs,
+    /// Address of the gRPC server (RateLimitService and grpc.health.v1).
+    #[arg(long, env = "SLUICE_GRPC_ADDR", default_value = "127.0.0.1:8081")]
+    grpc_addr: SocketAddr,
+    /// Address of the admin HTTP server.
+    #[arg(long, env = "SLUICE_ADMIN_ADDR", default_value = "127.0.0.1:8080")]
+    admin_addr: SocketAddr,
+    /// Answer OK to every request while still counting and reporting.
+    #[arg(long, env = "SLUICE_SHADOW_MODE")]
+    shadow_mode: bool,
+    /// Fill dynamic_metadata in responses (the reference's RESPONSE_DYNAMIC_METADATA).
+    #[arg(long, env = "SLUICE_RESPONSE_DYNAMIC_METADATA")]
+    response_dynamic_metadata: bool,
+    /// Longest wait for in-flight requests after SIGTERM/SIGINT, e.g. 10s or 500ms.
+    #[arg(long, env = "SLUICE_SHUTDOWN_GRACE", default_value = "10s", value_parser = parse_duration)]
+    shutdown_grace: Duration,
+    #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// Log filter: a level (info, debug, ...) or a tracing directive.
+    #[arg(long, env = "SLUICE_LOG_LEVEL", default_value = "info")]
+    log_level: String,
+}
+
+#[derive(Args)]
+struct CheckArgs {
+    /// The config directory to validate.
+    dir: PathBuf,
+    #[command(flatten)]
+    config_args: ConfigArgs,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (n, scale) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else {
+        (s, 1.0)
+    };
+    n.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .map(|v| Duration::from_secs_f64(v * scale))
+        .ok_or_else(|| format!("'{s}' is not a duration such as 10s or 500ms"))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Command::Check(args)) => check(&args.dir, &args.config_args),
+        Some(Command::Serve(args)) => serve(args),
+        None => serve(cli.serve),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("sluice: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load_options(c: &ConfigArgs) -> LoadOptions {
+    LoadOptions {
+        merge_domains: c.merge_domains,
+    }
+}
+
+fn check(dir: &Path, c: &ConfigArgs) -> anyhow::Result<ExitCode> {
+    match load_dir(dir, load_options(c), &Metrics::default()) {
+        Ok(rules) => {
+            for (domain, count) in rules.summary() {
+                println!("{domain}: {count} rules");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+fn init_logging(args: &ServeArgs) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
+        .with_context(|| format!("--log-level '{}'", args.log_level))?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match args.log_format {
+        LogFormat::Text => builder.with_ansi(false).init(),
+        LogFormat::Json => builder.json().init(),
+    }
+    Ok(())
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    init_logging(&args)?;
+    let metrics = Arc::new(Metrics::default());
+    // Invalid rules at startup: fail before listening.
+    let rules = match LiveRules::load(
+        &args.config,
+        load_options(&args.config_args),
+        metrics.clone(),
+    ) {
+        Ok(rules) => Arc::new(rules),
+        Err(e) => {
+            eprintln!("{e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let listeners = Listeners {
+            grpc: TcpListener::bind(args.grpc_addr)
+                .await
+                .with_context(|| format!("binding --grpc-addr {}", args.grpc_addr))?,
+            admin: TcpListener::bind(args.admin_addr)
+                .await
+                .with_context(|| format!("binding --admin-addr {}", args.admin_addr))?,
+        };
+        let settings = Settings {
+            global_shadow: args.shadow_mode,
+            dynamic_metadata: args.response_dynamic_metadata,
+        };
+        let limiter = RateLimiter::new(
+            rules.clone(),
+            Arc::new(MemoryStore::default()),
+            metrics,
+            settings,
+        );
+        for (domain, count) in rules.current().rules.summary() {
+            info!(domain, rules = count, "domain loaded");
+        }
+        info!(
+            grpc_addr = %listeners.grpc.local_addr()?,
+            admin_addr = %listeners.admin.local_addr()?,
+            config = %args.config.display(),
+            store = "memory",
+            "sluice listening"
+        );
+        server::run(
+            listeners,
+            limiter,
+            server::signal(),
+            args.shutdown_grace,
+            CancellationToken::new(),
+        )
+        .await?;
+        info!("sluice stopped");
+        Ok(ExitCode::SUCCESS)
+    })
+}

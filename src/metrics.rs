@@ -1,0 +1,310 @@
+//! Prometheus metrics, rendered by hand in the text format: a handful of
+//! counters and one histogram do not need a metrics framework.
+//!
+//! Rule counters are labelled by domain and rule path, never by a runtime value
+//! unless the rule asks for `detailed_metric`; those labels are capped so a
+//! flood of distinct values cannot grow memory without bound.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+/// How many distinct `detailed_metric` label sets are kept before new ones
+/// are folded into the rule's own path.
+const DETAILED_CAP: usize = 10_000;
+
+/// The per-rule counters of the reference (`total_hits`, `over_limit`, ...).
+#[derive(Debug, Default)]
+pub struct RuleStats {
+    pub total_hits: AtomicU64,
+    pub over_limit: AtomicU64,
+    pub near_limit: AtomicU64,
+    pub within_limit: AtomicU64,
+    pub shadow_mode: AtomicU64,
+}
+
+/// What one decision adds to a rule's counters.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StatDelta {
+    pub total_hits: u64,
+    pub over_limit: u64,
+    pub near_limit: u64,
+    pub within_limit: u64,
+    pub shadow_mode: u64,
+}
+
+impl RuleStats {
+    pub fn add(&self, d: &StatDelta) {
+        for (counter, n) in [
+            (&self.total_hits, d.total_hits),
+            (&self.over_limit, d.over_limit),
+            (&self.near_limit, d.near_limit),
+            (&self.within_limit, d.within_limit),
+            (&self.shadow_mode, d.shadow_mode),
+        ] {
+            if n > 0 {
+                counter.fetch_add(n, Relaxed);
+            }
+        }
+    }
+}
+
+/// Upper bounds of the request latency histogram, in seconds.
+const BUCKETS: [f64; 12] = [
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5,
+];
+
+#[derive(Debug, Default)]
+struct Histogram {
+    buckets: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    sum_nanos: AtomicU64,
+}
+
+impl Histogram {
+    fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        if let Some(i) = BUCKETS.iter().position(|b| secs <= *b) {
+            self.buckets[i].fetch_add(1, Relaxed);
+        }
+        self.count.fetch_add(1, Relaxed);
+        self.sum_nanos
+            .fetch_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX), Relaxed);
+    }
+}
+
+/// The outcome of one `ShouldRateLimit` call, for the request counter.
+#[derive(Debug, Clone, Copy)]
+pub enum Outcome {
+    Ok,
+    OverLimit,
+    Invalid,
+}
+
+type RuleKey = (String, String);
+
+/// Every metric sluice exports. Cheap to share: clone the `Arc`.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    rules: Mutex<BTreeMap<RuleKey, Arc<RuleStats>>>,
+    detailed: Mutex<usize>,
+    requests_ok: AtomicU64,
+    requests_over: AtomicU64,
+    requests_invalid: AtomicU64,
+    latency: Histogram,
+    domain_not_found: AtomicU64,
+    config_loads: AtomicU64,
+    config_load_errors: AtomicU64,
+    config_generation: AtomicU64,
+}
+
+impl Metrics {
+    /// The counters of a configured rule; the same `Arc` across reloads, so
+    /// counters keep counting when the rules are swapped.
+    pub fn rule(&self, domain: &str, path: &str) -> Arc<RuleStats> {
+        self.rules
+            .lock()
+            .entry((domain.to_owned(), path.to_owned()))
+            .or_default()
+            .clone()
+    }
+
+    /// The counters of a `detailed_metric` label set, or `fallback` once the
+    /// cap on distinct label sets is reached.
+    pub fn detailed(&self, domain: &str, path: &str, fallback: &Arc<RuleStats>) -> Arc<RuleStats> {
+        let mut rules = self.rules.lock();
+        if let Some(s) = rules.get(&(domain.to_owned(), path.to_owned())) {
+            return s.clone();
+        }
+        let mut detailed = self.detailed.lock();
+        if *detailed >= DETAILED_CAP {
+            return fallback.clone();
+        }
+        *detailed += 1;
+        rules
+            .entry((domain.to_owned(), path.to_owned()))
+            .or_default()
+            .clone()
+    }
+
+    pub fn request(&self, outcome: Outcome, took: Duration) {
+        let c = match outcome {
+            Outcome::Ok => &self.requests_ok,
+            Outcome::OverLimit => &self.requests_over,
+            Outcome::Invalid => &self.requests_invalid,
+        };
+        c.fetch_add(1, Relaxed);
+        self.latency.observe(took);
+    }
+
+    pub fn domain_not_found(&self) {
+        self.domain_not_found.fetch_add(1, Relaxed);
+    }
+
+    /// Records a config load: the new generation on success, an error otherwise.
+    pub fn config_load(&self, result: Result<u64, ()>) {
+        match result {
+            Ok(generation) => {
+                self.config_loads.fetch_add(1, Relaxed);
+                self.config_generation.store(generation, Relaxed);
+            }
+            Err(()) => {
+                self.config_load_errors.fetch_add(1, Relaxed);
+            }
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        let rules = self.rules.lock();
+        for (name, help, get) in RULE_COUNTERS {
+            let _ = writeln!(out, "# HELP sluice_rule_{name}_total {help}");
+            let _ = writeln!(out, "# TYPE sluice_rule_{name}_total counter");
+            for ((domain, path), stats) in rules.iter() {
+                let _ = writeln!(
+                    out,
+                    "sluice_rule_{name}_total{{domain=\"{}\",rule=\"{}\"}} {}",
+                    escape(domain),
+                    escape(path),
+                    get(stats).load(Relaxed)
+                );
+            }
+        }
+        drop(rules);
+        let _ = writeln!(
+            out,
+            "# HELP sluice_requests_total ShouldRateLimit calls by overall result."
+        );
+        let _ = writeln!(out, "# TYPE sluice_requests_total counter");
+        for (code, c) in [
+            ("ok", &self.requests_ok),
+            ("over_limit", &self.requests_over),
+            ("invalid", &self.requests_invalid),
+        ] {
+            let _ = writeln!(
+                out,
+                "sluice_requests_total{{code=\"{code}\"}} {}",
+                c.load(Relaxed)
+            );
+        }
+        let h = &self.latency;
+        let _ = writeln!(
+            out,
+            "# HELP sluice_request_duration_seconds Time to answer ShouldRateLimit."
+        );
+        let _ = writeln!(out, "# TYPE sluice_request_duration_seconds histogram");
+        let mut cumulative = 0;
+        for (bound, b) in BUCKETS.iter().zip(&h.buckets) {
+            cumulative += b.load(Relaxed);
+            let _ = writeln!(
+                out,
+                "sluice_request_duration_seconds_bucket{{le=\"{bound}\"}} {cumulative}"
+            );
+        }
+        let count = h.count.load(Relaxed);
+        let _ = writeln!(
+            out,
+            "sluice_request_duration_seconds_bucket{{le=\"+Inf\"}} {count}"
+        );
+        let sum = h.sum_nanos.load(Relaxed) as f64 / 1e9;
+        let _ = writeln!(out, "sluice_request_duration_seconds_sum {sum}");
+        let _ = writeln!(out, "sluice_request_duration_seconds_count {count}");
+        for (name, kind, help, v) in [
+            (
+                "sluice_domain_not_found_total",
+                "counter",
+                "Requests for a domain no rule defines (answered OK).",
+                &self.domain_not_found,
+            ),
+            (
+                "sluice_config_loads_total",
+                "counter",
+                "Successful config loads.",
+                &self.config_loads,
+            ),
+            (
+                "sluice_config_load_errors_total",
+                "counter",
+                "Config loads rejected (the previous rules stay).",
+                &self.config_load_errors,
+            ),
+            (
+                "sluice_config_generation",
+                "gauge",
+                "Generation of the rules in force.",
+                &self.config_generation,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {}",
+                v.load(Relaxed)
+            );
+        }
+        out
+    }
+}
+
+type Getter = fn(&RuleStats) -> &AtomicU64;
+
+const RULE_COUNTERS: [(&str, &str, Getter); 5] = [
+    ("total_hits", "Hits counted against the rule.", |s| {
+        &s.total_hits
+    }),
+    ("over_limit", "Hits over the rule's limit.", |s| {
+        &s.over_limit
+    }),
+    ("near_limit", "Hits above 80% of the limit.", |s| {
+        &s.near_limit
+    }),
+    ("within_limit", "Hits within the limit.", |s| {
+        &s.within_limit
+    }),
+    (
+        "shadow_mode",
+        "Over-limit hits let through by shadow mode.",
+        |s| &s.shadow_mode,
+    ),
+];
+
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rule_counters_survive_lookup_and_render() {
+        let m = Metrics::default();
+        let s = m.rule("d", "k_v");
+        s.add(&StatDelta {
+            total_hits: 3,
+            over_limit: 1,
+            ..StatDelta::default()
+        });
+        assert!(Arc::ptr_eq(&s, &m.rule("d", "k_v")));
+        let text = m.render();
+        assert!(text.contains("sluice_rule_total_hits_total{domain=\"d\",rule=\"k_v\"} 3"));
+        assert!(text.contains("sluice_rule_over_limit_total{domain=\"d\",rule=\"k_v\"} 1"));
+    }
+
+    #[test]
+    fn histogram_is_cumulative() {
+        let m = Metrics::default();
+        m.request(Outcome::Ok, Duration::from_micros(30));
+        m.request(Outcome::OverLimit, Duration::from_millis(3));
+        let text = m.render();
+        assert!(text.contains("sluice_request_duration_seconds_bucket{le=\"0.00005\"} 1"));
+        assert!(text.contains("sluice_request_duration_seconds_bucket{le=\"0.005\"} 2"));
+        assert!(text.contains("sluice_requests_total{code=\"over_limit\"} 1"));
+    }
+}

@@ -1,0 +1,201 @@
+//! The edge: protobuf `RateLimitRequest` into sluice's own request type, with
+//! every malformed input turned into one [`RequestError`].
+
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+
+use crate::limiter::{Unit, hits};
+
+/// A validated request. Domain code never sees prost types.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub domain: String,
+    pub descriptors: Vec<Descriptor>,
+    /// The request-level `hits_addend` as sent (0 when Envoy leaves it unset).
+    pub hits_addend: u32,
+}
+
+/// One descriptor of a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Descriptor {
+    pub entries: Vec<(String, String)>,
+    /// A limit sent by Envoy that replaces the configured one.
+    pub limit: Option<Override>,
+    /// The per-descriptor `hits_addend`, when present.
+    pub hits_addend: Option<u64>,
+    /// What this descriptor adds to its counter.
+    pub hits: u64,
+}
+
+/// Envoy's per-descriptor `limit` override.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Override {
+    pub requests_per_unit: u32,
+    pub unit: Unit,
+}
+
+/// Why a request cannot be answered. Each becomes gRPC INVALID_ARGUMENT (and
+/// HTTP 400 on `/json`); the wording of the first two is the reference's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error("rate limit domain must not be empty")]
+    EmptyDomain,
+    #[error("rate limit descriptor list must not be empty")]
+    NoDescriptors,
+    #[error("descriptor {descriptor}: limit override has unknown unit {unit}")]
+    OverrideUnit { descriptor: usize, unit: i32 },
+    #[error("descriptor {descriptor}: entry {entry} has an empty key")]
+    EmptyKey { descriptor: usize, entry: usize },
+}
+
+impl TryFrom<RateLimitRequest> for Request {
+    type Error = RequestError;
+
+    fn try_from(r: RateLimitRequest) -> Result<Self, Self::Error> {
+        if r.domain.is_empty() {
+            return Err(RequestError::EmptyDomain);
+        }
+        if r.descriptors.is_empty() {
+            return Err(RequestError::NoDescriptors);
+        }
+        let descriptors = r
+            .descriptors
+            .into_iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let limit = d
+                    .limit
+                    .map(|l| {
+                        Unit::from_proto(l.unit)
+                            .map(|unit| Override {
+                                requests_per_unit: l.requests_per_unit,
+                                unit,
+                            })
+                            .ok_or(RequestError::OverrideUnit {
+                                descriptor: i,
+                                unit: l.unit,
+                            })
+                    })
+                    .transpose()?;
+                let entries = d
+                    .entries
+                    .into_iter()
+                    .enumerate()
+                    .map(|(j, e)| {
+                        if e.key.is_empty() {
+                            Err(RequestError::EmptyKey {
+                                descriptor: i,
+                                entry: j,
+                            })
+                        } else {
+                            Ok((e.key, e.value))
+                        }
+                    })
+                    .collect::<Result<_, _>>()?;
+                let hits_addend = d.hits_addend.map(|h| h.value);
+                // Refunds (`is_negative_hits`) are not supported: such a
+                // descriptor is checked without consuming anything.
+                let hits = if d.is_negative_hits {
+                    0
+                } else {
+                    hits(r.hits_addend, hits_addend)
+                };
+                Ok(Descriptor {
+                    entries,
+                    limit,
+                    hits_addend,
+                    hits,
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Request {
+            domain: r.domain,
+            descriptors,
+            hits_addend: r.hits_addend,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
+        RateLimitDescriptor,
+        rate_limit_descriptor::{Entry, RateLimitOverride},
+    };
+    use envoy_types::pb::google::protobuf::UInt64Value;
+
+    use super::*;
+
+    fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+        RateLimitDescriptor {
+            entries: entries
+                .iter()
+                .map(|(k, v)| Entry {
+                    key: (*k).into(),
+                    value: (*v).into(),
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn rejects_empty_domain_and_descriptors() {
+        let r = RateLimitRequest {
+            descriptors: vec![descriptor(&[("k", "v")])],
+            ..Default::default()
+        };
+        assert_eq!(Request::try_from(r), Err(RequestError::EmptyDomain));
+        let r = RateLimitRequest {
+            domain: "d".into(),
+            ..Default::default()
+        };
+        assert_eq!(Request::try_from(r), Err(RequestError::NoDescriptors));
+    }
+
+    #[test]
+    fn converts_hits_and_overrides() {
+        let mut d = descriptor(&[("k", "v")]);
+        d.hits_addend = Some(UInt64Value { value: 0 });
+        d.limit = Some(RateLimitOverride {
+            requests_per_unit: 3,
+            unit: 2,
+        });
+        let r = RateLimitRequest {
+            domain: "d".into(),
+            descriptors: vec![d, descriptor(&[("a", "")])],
+            hits_addend: 0,
+        };
+        let req = Request::try_from(r).unwrap();
+        assert_eq!(req.descriptors[0].hits, 0);
+        assert_eq!(
+            req.descriptors[0].limit,
+            Some(Override {
+                requests_per_unit: 3,
+                unit: Unit::Minute
+            })
+        );
+        assert_eq!(req.descriptors[1].hits, 1);
+        assert_eq!(
+            req.descriptors[1].entries,
+            [("a".to_owned(), String::new())]
+        );
+    }
+
+    #[test]
+    fn rejects_unknown_override_units() {
+        let mut d = descriptor(&[("k", "v")]);
+        d.limit = Some(RateLimitOverride {
+            requests_per_unit: 3,
+            unit: 0,
+        });
+        let r = RateLimitRequest {
+            domain: "d".into(),
+            descriptors: vec![d],
+            hits_addend: 0,
+        };
+        assert!(matches!(
+            Request::try_from(r),
+            Err(RequestError::OverrideUnit { .. })
+        ));
+    }
+}

@@ -1,0 +1,145 @@
+//! Runs the gRPC and admin servers on listeners bound by the caller, with one
+//! shutdown path that every task obeys: health goes NOT_SERVING, the servers
+//! stop accepting, in-flight requests finish within a bounded grace period.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tonic_health::ServingStatus;
+use tracing::{info, warn};
+
+use crate::admin::{self, AdminState};
+use crate::limiter::Now;
+use crate::service::RateLimiter;
+
+/// The gRPC service name Envoy and Kubernetes probes ask about.
+pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
+
+/// Every listener, bound before anything is spawned so a bind error is
+/// reported at startup instead of vanishing in a task.
+#[derive(Debug)]
+pub struct Listeners {
+    pub grpc: TcpListener,
+    pub admin: TcpListener,
+}
+
+/// Why serving stopped abnormally.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("gRPC server: {0}")]
+    Grpc(#[from] tonic::transport::Error),
+    #[error("admin server: {0}")]
+    Admin(#[from] std::io::Error),
+}
+
+/// Serves until `shutdown` resolves, then drains for at most `grace`.
+/// `background` tasks get the same cancellation token and are awaited too.
+pub async fn run(
+    listeners: Listeners,
+    limiter: RateLimiter,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    grace: Duration,
+    token: CancellationToken,
+) -> Result<(), ServeError> {
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter
+        .set_service_status("", ServingStatus::Serving)
+        .await;
+    reporter
+        .set_service_status(SERVICE_NAME, ServingStatus::Serving)
+        .await;
+
+    let draining = Arc::new(AtomicBool::new(false));
+    {
+        let (token, draining) = (token.clone(), draining.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                () = shutdown => {}
+                () = token.cancelled() => {}
+            }
+            info!("shutdown started: health NOT_SERVING, draining in-flight requests");
+            draining.store(true, Ordering::Relaxed);
+            reporter
+                .set_service_status("", ServingStatus::NotServing)
+                .await;
+            reporter
+                .set_service_status(SERVICE_NAME, ServingStatus::NotServing)
+                .await;
+            token.cancel();
+        });
+    }
+
+    let sweeper = tokio::spawn(sweep(limiter.clone(), token.clone()));
+    let grpc = tonic::transport::Server::builder()
+        .add_service(health)
+        .add_service(RateLimitServiceServer::new(limiter.clone()))
+        .serve_with_incoming_shutdown(
+            TcpListenerStream::new(listeners.grpc),
+            token.clone().cancelled_owned(),
+        );
+    let admin = admin::run(
+        listeners.admin,
+        AdminState { limiter, draining },
+        token.clone().cancelled_owned(),
+    );
+    let servers = async {
+        tokio::try_join!(async { grpc.await.map_err(ServeError::from) }, async {
+            admin.await.map_err(ServeError::from)
+        })
+    };
+    tokio::pin!(servers);
+    let result = tokio::select! {
+        r = &mut servers => r.map(|_| ()),
+        () = token.cancelled() => {
+            match tokio::time::timeout(grace, &mut servers).await {
+                Ok(r) => r.map(|_| ()),
+                Err(_) => {
+                    warn!(grace_seconds = grace.as_secs_f64(), "drain took longer than the grace period; exiting");
+                    Ok(())
+                }
+            }
+        }
+    };
+    token.cancel();
+    let _ = sweeper.await;
+    result
+}
+
+/// Frees ended windows once a second so memory follows live keys.
+async fn sweep(limiter: RateLimiter, token: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => limiter.store().sweep(Now::wall()),
+            () = token.cancelled() => return,
+        }
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => info!("SIGINT received"),
+        () = term => info!("SIGTERM received"),
+    }
+}

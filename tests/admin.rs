@@ -1,0 +1,266 @@
+//! Admin endpoints, gRPC health, the CLI and shutdown, on the real binary.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+const RULES: &str = "
+domain: web
+descriptors:
+  - key: ip
+    rate_limit: {name: per_ip, unit: hour, requests_per_unit: 2}
+  - key: email
+    detailed_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 5}
+";
+
+#[test]
+fn json_endpoint_answers_200_429_and_400() {
+    let s = Sluice::start(&[("web.yaml", RULES)], &[]);
+    let body = r#"{"domain":"web","descriptors":[{"entries":[{"key":"ip","value":"1.2.3.4"}]}]}"#;
+    let (code, text) = s.post("/json", body);
+    assert_eq!(code, 200, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["overallCode"], "OK");
+    assert_eq!(v["statuses"][0]["currentLimit"]["requestsPerUnit"], 2);
+    assert_eq!(v["statuses"][0]["currentLimit"]["unit"], "HOUR");
+    assert_eq!(v["statuses"][0]["currentLimit"]["name"], "per_ip");
+    assert_eq!(v["statuses"][0]["limitRemaining"], 1);
+    assert_eq!(s.post("/json", body).0, 200);
+    let (code, text) = s.post("/json", body);
+    assert_eq!(code, 429);
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["overallCode"], "OVER_LIMIT");
+    assert_eq!(v["responseHeadersToAdd"][0]["key"], "Retry-After");
+
+    let (code, text) = s.post("/json", "}");
+    assert_eq!(code, 400);
+    assert!(text.contains("invalid RateLimitRequest JSON"), "{text}");
+    let (code, text) = s.post("/json", r#"{"domain":"","descriptors":[{"entries":[]}]}"#);
+    assert_eq!(
+        (code, text.trim()),
+        (400, "rate limit domain must not be empty")
+    );
+    let (code, text) = s.post("/json", r#"{"domain":"web","descriptors":[]}"#);
+    assert_eq!(
+        (code, text.trim()),
+        (400, "rate limit descriptor list must not be empty")
+    );
+}
+
+#[test]
+fn readyz_metrics_rlconfig_and_healthz() {
+    let s = Sluice::start(&[("web.yaml", RULES)], &[]);
+    assert_eq!(s.get("/healthz"), (200, "OK".to_owned()));
+    let (code, text) = s.get("/readyz");
+    assert_eq!(code, 200);
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["status"], "ready");
+    assert_eq!(v["store"]["backend"], "memory");
+    assert_eq!(v["store"]["healthy"], true);
+    assert_eq!(v["config"]["generation"], 1);
+    assert_eq!(v["config"]["last_error"], serde_json::Value::Null);
+    assert_eq!(v["config"]["domains"][0]["domain"], "web");
+
+    let (code, text) = s.get("/rlconfig");
+    assert_eq!(code, 200);
+    assert_eq!(
+        text,
+        "web.email: unit=HOUR requests_per_unit=5, shadow_mode: false, quota_mode: false\n\
+         web.ip: unit=HOUR requests_per_unit=2, shadow_mode: false, quota_mode: false\n"
+    );
+
+    for _ in 0..3 {
+        s.post(
+            "/json",
+            r#"{"domain":"web","descriptors":[{"entries":[{"key":"ip","value":"10.0.0.1"}]}]}"#,
+        );
+    }
+    s.post(
+        "/json",
+        r#"{"domain":"web","descriptors":[{"entries":[{"key":"email","value":"a@example.com"}]}]}"#,
+    );
+    let (code, text) = s.get("/metrics");
+    assert_eq!(code, 200);
+    let series = |name: &str, rule: &str| {
+        metric(
+            &text,
+            &format!("sluice_rule_{name}_total{{domain=\"web\",rule=\"{rule}\"}}"),
+        )
+    };
+    assert_eq!(series("total_hits", "ip"), Some(3.0));
+    assert_eq!(series("within_limit", "ip"), Some(2.0));
+    assert_eq!(series("over_limit", "ip"), Some(1.0));
+    assert_eq!(series("near_limit", "ip"), Some(1.0));
+    assert!(
+        !text.contains("10.0.0.1"),
+        "runtime values stay out of labels"
+    );
+    assert_eq!(
+        series("total_hits", "email_a@example.com"),
+        Some(1.0),
+        "detailed_metric asks for them"
+    );
+    assert_eq!(
+        metric(&text, "sluice_requests_total{code=\"over_limit\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(&text, "sluice_request_duration_seconds_count"),
+        Some(4.0)
+    );
+    assert_eq!(metric(&text, "sluice_config_loads_total"), Some(1.0));
+    assert_eq!(metric(&text, "sluice_config_generation"), Some(1.0));
+}
+
+// Multi-threaded so the client's connection task can answer the server's
+// GOAWAY while the test thread blocks waiting for the process to exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_health_serves_both_names_and_shutdown_is_graceful() {
+    let mut s = Sluice::start(&[("web.yaml", RULES)], &[]);
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", s.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut h = HealthClient::new(channel);
+    for service in ["", "envoy.service.ratelimit.v3.RateLimitService"] {
+        let r = h
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.status, ServingStatus::Serving as i32, "{service:?}");
+    }
+    let mut watch = h
+        .watch(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = watch.message().await.unwrap().unwrap();
+    assert_eq!(first.status, ServingStatus::Serving as i32);
+
+    s.signal("TERM");
+    let next = tokio::time::timeout(Duration::from_secs(5), watch.message()).await;
+    let m = next
+        .expect("a health update")
+        .expect("stream")
+        .expect("message");
+    assert_eq!(
+        m.status,
+        ServingStatus::NotServing as i32,
+        "health goes NOT_SERVING on shutdown"
+    );
+    drop(watch);
+    let status = s.wait(Duration::from_secs(15));
+    assert!(status.success(), "exit 0 after SIGTERM, got {status:?}");
+    assert!(s.logs_contain("shutdown started"));
+    assert!(s.logs_contain("sluice stopped"));
+}
+
+#[test]
+fn sigint_also_stops_cleanly() {
+    let mut s = Sluice::start(&[("web.yaml", RULES)], &[]);
+    s.signal("INT");
+    assert!(s.wait(Duration::from_secs(15)).success());
+}
+
+#[test]
+fn invalid_config_at_startup_exits_before_listening() {
+    let dir = config_dir(&[(
+        "bad.yaml",
+        "domain: web\ndescriptors:\n  - key: ip\n    rate_limit: {unit: fortnight}\n",
+    )]);
+    let out = Command::new(sluice_bin())
+        .args([
+            "serve",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--admin-addr",
+            "127.0.0.1:0",
+            "--config",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "bad.yaml:4:24: descriptors[0].rate_limit.unit: invalid rate limit unit 'fortnight'"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("sluice listening"), "{err}");
+}
+
+#[test]
+fn check_prints_domains_or_errors() {
+    let dir = config_dir(&[
+        ("web.yaml", RULES),
+        ("b.yaml", "domain: other\ndescriptors:\n  - key: k\n"),
+    ]);
+    let out = Command::new(sluice_bin())
+        .arg("check")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "other: 0 rules\nweb: 2 rules\n"
+    );
+
+    let split = config_dir(&[
+        ("a.yaml", RULES),
+        ("b.yaml", "domain: web\ndescriptors:\n  - key: k\n"),
+    ]);
+    let out = Command::new(sluice_bin())
+        .arg("check")
+        .arg(split.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("duplicate domain 'web' in config file"));
+    let out = Command::new(sluice_bin())
+        .args(["check", "--merge-domains"])
+        .arg(split.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(sluice_bin())
+        .arg("check")
+        .arg(split.path())
+        .env("SLUICE_MERGE_DOMAINS", "true")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "flags are read from SLUICE_* too");
+}
+
+#[test]
+fn shipped_descriptors_are_valid() {
+    let out = Command::new(sluice_bin())
+        .arg("check")
+        .arg(workspace().join("descriptors"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -1,0 +1,271 @@
+//! Test harness: starts the real `sluice` binary on free loopback ports and
+//! talks to it over gRPC and HTTP.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
+    RateLimitDescriptor, rate_limit_descriptor::Entry,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use tonic::transport::Channel;
+
+pub const OK: i32 = 1;
+pub const OVER: i32 = 2;
+
+/// A running sluice process; killed when dropped.
+pub struct Sluice {
+    child: Option<Child>,
+    pub grpc: SocketAddr,
+    pub admin: SocketAddr,
+    pub logs: Arc<Mutex<Vec<String>>>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// A config directory holding `files`.
+pub fn config_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, text) in files {
+        let path = dir.path().join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("mkdir");
+        }
+        std::fs::write(path, text).expect("write config");
+    }
+    dir
+}
+
+pub fn sluice_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_sluice")
+}
+
+impl Sluice {
+    /// Starts sluice on a directory holding `files`.
+    pub fn start(files: &[(&str, &str)], extra: &[&str]) -> Sluice {
+        let dir = config_dir(files);
+        let mut s = Sluice::start_in(dir.path(), extra);
+        s._dir = Some(dir);
+        s
+    }
+
+    /// Starts sluice on an existing directory and waits until it listens.
+    pub fn start_in(dir: &Path, extra: &[&str]) -> Sluice {
+        let mut child = Command::new(sluice_bin())
+            .arg("serve")
+            .arg("--config")
+            .arg(dir)
+            .args([
+                "--grpc-addr",
+                "127.0.0.1:0",
+                "--admin-addr",
+                "127.0.0.1:0",
+                "--log-format",
+                "json",
+            ])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn sluice");
+        let stderr = child.stderr.take().expect("stderr");
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = logs.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("sluice listening") {
+                    let _ = tx.send(line.clone());
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let line = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) => line,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("sluice did not start: {:?}", logs.lock().unwrap());
+            }
+        };
+        let v: serde_json::Value = serde_json::from_str(&line).expect("json log");
+        let addr = |f: &str| v["fields"][f].as_str().expect(f).parse().expect("addr");
+        Sluice {
+            grpc: addr("grpc_addr"),
+            admin: addr("admin_addr"),
+            child: Some(child),
+            logs,
+            _dir: None,
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        self._dir.as_ref().expect("owned dir").path()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    pub async fn client(&self) -> RateLimitServiceClient<Channel> {
+        RateLimitServiceClient::connect(format!("http://{}", self.grpc))
+            .await
+            .expect("connect")
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([&format!("-{sig}"), &self.pid().to_string()])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "kill -{sig} failed");
+    }
+
+    /// Waits for the process to exit after a signal.
+    pub fn wait(&mut self, within: Duration) -> ExitStatus {
+        let child = self.child.as_mut().expect("running");
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                self.child = None;
+                return status;
+            }
+            assert!(Instant::now() < deadline, "sluice did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn logs_contain(&self, needle: &str) -> bool {
+        self.logs.lock().unwrap().iter().any(|l| l.contains(needle))
+    }
+
+    pub fn get(&self, path: &str) -> (u16, String) {
+        http(self.admin, "GET", path, "")
+    }
+
+    pub fn post(&self, path: &str, body: &str) -> (u16, String) {
+        http(self.admin, "POST", path, body)
+    }
+}
+
+impl Drop for Sluice {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A minimal HTTP/1.1 exchange: status and body.
+pub fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).expect("connect admin");
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("write");
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).expect("read");
+    let status = raw
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status");
+    let (head, rest) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(rest)
+    } else {
+        rest.to_owned()
+    };
+    (status, body)
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = &rest[n + 2..];
+    }
+    out
+}
+
+pub fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: (*k).into(),
+                value: (*v).into(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+pub fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.into(),
+        descriptors,
+        hits_addend: 0,
+    }
+}
+
+pub async fn ask(
+    c: &mut RateLimitServiceClient<Channel>,
+    domain: &str,
+    entries: &[(&str, &str)],
+) -> RateLimitResponse {
+    c.should_rate_limit(request(domain, vec![descriptor(entries)]))
+        .await
+        .expect("rpc")
+        .into_inner()
+}
+
+pub fn retry_after(r: &RateLimitResponse) -> Option<u64> {
+    r.response_headers_to_add
+        .iter()
+        .find(|h| h.key == "Retry-After")
+        .map(|h| h.value.parse().expect("number"))
+}
+
+/// Polls `f` until it returns true or `within` passes.
+pub fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A metric's value from the Prometheus text.
+pub fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        l.strip_prefix(series)
+            .and_then(|rest| rest.trim().parse().ok())
+    })
+}
+
+pub fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
