@@ -21,6 +21,7 @@ use axum::routing::{get, post};
 use serde_json::json;
 use tokio::net::TcpListener;
 
+use crate::config::Reload;
 use crate::protojson;
 use crate::service::{RateLimiter, ServiceError};
 
@@ -130,17 +131,21 @@ async fn json_decide(State(s): State<AdminState>, body: Bytes) -> Response {
 
 async fn reload(State(s): State<AdminState>) -> Response {
     let rules = s.limiter.rules().clone();
-    match tokio::task::spawn_blocking(move || rules.reload()).await {
-        Ok(Ok(r)) => {
-            let domains: Vec<_> = r
-                .domains
+    match tokio::task::spawn_blocking(move || rules.reload("POST /reload")).await {
+        Ok(Ok(Reload::Swapped {
+            generation,
+            domains,
+            changes,
+        })) => {
+            let domains: Vec<_> = domains
                 .iter()
                 .map(|(d, n)| json!({"domain": d, "rules": n}))
                 .collect();
-            axum::Json(
-                json!({"status": "reloaded", "generation": r.generation, "domains": domains}),
-            )
-            .into_response()
+            let body = json!({"status": "reloaded", "generation": generation, "changes": changes, "domains": domains});
+            axum::Json(body).into_response()
+        }
+        Ok(Ok(Reload::Unchanged { generation })) => {
+            axum::Json(json!({"status": "unchanged", "generation": generation})).into_response()
         }
         Ok(Err(e)) => {
             let generation = s.limiter.rules().status().generation;

@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use sluice::config::{LiveRules, LoadOptions, load_dir};
 use sluice::metrics::Metrics;
-use sluice::server::{self, Listeners};
+use sluice::server::{self, Listeners, ServeOptions};
 use sluice::service::{RateLimiter, Settings};
 use sluice::store::MemoryStore;
 use tokio::net::TcpListener;
@@ -61,6 +61,9 @@ struct ServeArgs {
     /// Fill dynamic_metadata in responses (the reference's RESPONSE_DYNAMIC_METADATA).
     #[arg(long, env = "SLUICE_RESPONSE_DYNAMIC_METADATA")]
     response_dynamic_metadata: bool,
+    /// Do not watch the rule directory (SIGHUP and POST /reload still reload).
+    #[arg(long, env = "SLUICE_NO_WATCH")]
+    no_watch: bool,
     /// Longest wait for in-flight requests after SIGTERM/SIGINT, e.g. 10s or 500ms.
     #[arg(long, env = "SLUICE_SHUTDOWN_GRACE", default_value = "10s", value_parser = parse_duration)]
     shutdown_grace: Duration,
@@ -189,18 +192,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         for (domain, count) in rules.current().rules.summary() {
             info!(domain, rules = count, "domain loaded");
         }
-        info!(
-            grpc_addr = %listeners.grpc.local_addr()?,
-            admin_addr = %listeners.admin.local_addr()?,
-            config = %args.config.display(),
-            store = "memory",
-            "sluice listening"
-        );
+        let opts = ServeOptions {
+            grace: args.shutdown_grace,
+            watch_config: !args.no_watch,
+        };
         server::run(
             listeners,
             limiter,
             server::signal(),
-            args.shutdown_grace,
+            opts,
             CancellationToken::new(),
         )
         .await?;

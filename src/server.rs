@@ -15,6 +15,7 @@ use tonic_health::ServingStatus;
 use tracing::{info, warn};
 
 use crate::admin::{self, AdminState};
+use crate::config::watch;
 use crate::limiter::Now;
 use crate::service::RateLimiter;
 
@@ -38,15 +39,26 @@ pub enum ServeError {
     Admin(#[from] std::io::Error),
 }
 
-/// Serves until `shutdown` resolves, then drains for at most `grace`.
-/// `background` tasks get the same cancellation token and are awaited too.
+/// How to serve.
+#[derive(Debug, Clone, Copy)]
+pub struct ServeOptions {
+    /// Longest drain of in-flight requests after shutdown starts.
+    pub grace: Duration,
+    /// Reload the rules when their directory changes (SIGHUP always reloads).
+    pub watch_config: bool,
+}
+
+/// Serves until `shutdown` resolves or `token` is cancelled, then drains for
+/// at most `opts.grace`. Background tasks (sweeper, config watcher) obey the
+/// same token and are awaited before returning.
 pub async fn run(
     listeners: Listeners,
     limiter: RateLimiter,
     shutdown: impl Future<Output = ()> + Send + 'static,
-    grace: Duration,
+    opts: ServeOptions,
     token: CancellationToken,
 ) -> Result<(), ServeError> {
+    let grace = opts.grace;
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter
         .set_service_status("", ServingStatus::Serving)
@@ -76,6 +88,16 @@ pub async fn run(
     }
 
     let sweeper = tokio::spawn(sweep(limiter.clone(), token.clone()));
+    let watcher = tokio::spawn(
+        watch::Watch::start(limiter.rules().clone(), opts.watch_config).run(token.clone()),
+    );
+    info!(
+        grpc_addr = %listeners.grpc.local_addr()?,
+        admin_addr = %listeners.admin.local_addr()?,
+        config = %limiter.rules().dir().display(),
+        store = limiter.store().health().backend,
+        "sluice listening"
+    );
     let grpc = tonic::transport::Server::builder()
         .add_service(health)
         .add_service(RateLimitServiceServer::new(limiter.clone()))
@@ -108,6 +130,7 @@ pub async fn run(
     };
     token.cancel();
     let _ = sweeper.await;
+    let _ = watcher.await;
     result
 }
 

@@ -4,17 +4,19 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
+use tracing::{debug, error, info};
 
-use super::{LoadError, LoadOptions, Rules, load_dir};
+use super::{LoadError, LoadOptions, Rules, load_dir, stat_fingerprint};
 use crate::metrics::Metrics;
 
 /// One generation of rules.
 #[derive(Debug, Default)]
 pub struct Loaded {
-    /// 1 for the rules loaded at startup, then +1 per successful reload.
+    /// 1 for the rules loaded at startup, then +1 per reload that changed them.
     pub generation: u64,
     pub rules: Rules,
 }
@@ -26,26 +28,34 @@ pub struct ConfigStatus {
     pub last_error: Option<String>,
 }
 
+/// The outcome of a reload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reload {
+    /// New rules are live.
+    Swapped {
+        generation: u64,
+        /// Domains with their rule counts, sorted.
+        domains: Vec<(String, usize)>,
+        /// What changed, for the log line and `/reload`.
+        changes: String,
+    },
+    /// The files hold what is already live: nothing to do.
+    Unchanged { generation: u64 },
+}
+
 /// The live rules and how to load them again.
 #[derive(Debug)]
 pub struct LiveRules {
     current: ArcSwap<Loaded>,
+    /// The directory's metadata fingerprint taken before the last load, so a
+    /// poll can tell whether anything changed since.
+    stat_seen: AtomicU64,
     last_error: Mutex<Option<String>>,
     /// Serialises reloads so two can never race to swap.
     reload_lock: Mutex<()>,
     dir: PathBuf,
     opts: LoadOptions,
     metrics: Arc<Metrics>,
-}
-
-/// The outcome of a successful reload.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reloaded {
-    pub generation: u64,
-    /// Domains with their rule counts, sorted.
-    pub domains: Vec<(String, usize)>,
-    /// Domains and rule counts before, for the log line.
-    pub previous: Vec<(String, usize)>,
 }
 
 impl LiveRules {
@@ -55,6 +65,7 @@ impl LiveRules {
         opts: LoadOptions,
         metrics: Arc<Metrics>,
     ) -> Result<LiveRules, LoadError> {
+        let stat = stat_fingerprint(dir);
         let rules = load_dir(dir, opts, &metrics).inspect_err(|_| metrics.config_load(Err(())))?;
         metrics.config_load(Ok(1));
         Ok(LiveRules {
@@ -62,6 +73,7 @@ impl LiveRules {
                 generation: 1,
                 rules,
             }),
+            stat_seen: AtomicU64::new(stat),
             last_error: Mutex::new(None),
             reload_lock: Mutex::new(()),
             dir: dir.to_path_buf(),
@@ -79,31 +91,63 @@ impl LiveRules {
         &self.dir
     }
 
-    /// Loads the directory again and swaps the result in; on any error the
-    /// previous rules stay in force and the error is kept for `/readyz`.
-    /// Blocking (file I/O): call it from a blocking thread.
-    pub fn reload(&self) -> Result<Reloaded, LoadError> {
+    /// Loads the directory again and swaps the result in. On any error the
+    /// previous rules stay in force, the error is kept for `/readyz`, counted,
+    /// and logged once (a repeat of the same error is not logged again).
+    /// Blocking (file I/O): call it from a blocking thread. `cause` is for the log.
+    pub fn reload(&self, cause: &str) -> Result<Reload, LoadError> {
         let _serial = self.reload_lock.lock();
         let previous = self.current.load_full();
-        match load_dir(&self.dir, self.opts, &self.metrics) {
-            Ok(rules) => {
-                let generation = previous.generation + 1;
-                let domains = rules.summary();
-                self.current.store(Arc::new(Loaded { generation, rules }));
-                *self.last_error.lock() = None;
-                self.metrics.config_load(Ok(generation));
-                Ok(Reloaded {
-                    generation,
-                    domains,
-                    previous: previous.rules.summary(),
-                })
-            }
+        self.stat_seen
+            .store(stat_fingerprint(&self.dir), Ordering::Relaxed);
+        let rules = match load_dir(&self.dir, self.opts, &self.metrics) {
+            Ok(rules) => rules,
             Err(e) => {
-                *self.last_error.lock() = Some(e.to_string());
-                self.metrics.config_load(Err(()));
-                Err(e)
+                let text = e.to_string();
+                let mut last = self.last_error.lock();
+                if last.as_deref() != Some(text.as_str()) {
+                    self.metrics.config_load(Err(()));
+                    let keep = match e {
+                        LoadError::Empty(_) | LoadError::Directory(..) => {
+                            "the directory is missing or empty"
+                        }
+                        LoadError::Invalid(_) => "the new rules are invalid",
+                    };
+                    error!(
+                        cause,
+                        generation = previous.generation,
+                        error = %text,
+                        "config reload rejected ({keep}); generation {} stays in force",
+                        previous.generation
+                    );
+                }
+                *last = Some(text);
+                return Err(e);
             }
+        };
+        self.last_error.lock().take();
+        if rules.fingerprint() == previous.rules.fingerprint() {
+            debug!(cause, generation = previous.generation, "config unchanged");
+            return Ok(Reload::Unchanged {
+                generation: previous.generation,
+            });
         }
+        let generation = previous.generation + 1;
+        let domains = rules.summary();
+        let changes = describe_changes(&previous.rules.summary(), &domains);
+        self.current.store(Arc::new(Loaded { generation, rules }));
+        self.metrics.config_load(Ok(generation));
+        info!(cause, generation, changes = %changes, "config generation {generation} is live");
+        Ok(Reload::Swapped {
+            generation,
+            domains,
+            changes,
+        })
+    }
+
+    /// The metadata fingerprint of the directory when it was last loaded.
+    pub fn stat_seen(&self) -> u64 {
+        self.stat_seen.load(Ordering::Relaxed)
     }
 
     pub fn status(&self) -> ConfigStatus {
@@ -111,5 +155,51 @@ impl LiveRules {
             generation: self.current.load().generation,
             last_error: self.last_error.lock().clone(),
         }
+    }
+}
+
+/// `api 7 rules (was 6), +shop 2 rules, -old`: domains added, removed, or whose
+/// rule count changed; "rules edited" when only the rules' contents did.
+fn describe_changes(before: &[(String, usize)], after: &[(String, usize)]) -> String {
+    let mut parts = Vec::new();
+    for (d, n) in after {
+        match before.iter().find(|(b, _)| b == d) {
+            None => parts.push(format!("+{d} {n} rules")),
+            Some((_, was)) if was != n => parts.push(format!("{d} {n} rules (was {was})")),
+            Some(_) => {}
+        }
+    }
+    for (d, _) in before {
+        if !after.iter().any(|(a, _)| a == d) {
+            parts.push(format!("-{d}"));
+        }
+    }
+    if parts.is_empty() {
+        let all: Vec<String> = after
+            .iter()
+            .map(|(d, n)| format!("{d} {n} rules"))
+            .collect();
+        format!("rules edited; {}", all.join(", "))
+    } else {
+        parts.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changes_name_added_removed_and_resized_domains() {
+        let before = [("api".to_owned(), 6), ("old".to_owned(), 1)];
+        let after = [("api".to_owned(), 7), ("shop".to_owned(), 2)];
+        assert_eq!(
+            describe_changes(&before, &after),
+            "api 7 rules (was 6), +shop 2 rules, -old"
+        );
+        assert_eq!(
+            describe_changes(&after, &after),
+            "rules edited; api 7 rules, shop 2 rules"
+        );
     }
 }

@@ -7,14 +7,16 @@ mod error;
 mod live;
 mod matcher;
 mod model;
+pub mod watch;
 mod yaml;
 
 use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use error::{ConfigError, LoadError};
-pub use live::{ConfigStatus, LiveRules, Loaded, Reloaded};
+pub use live::{ConfigStatus, LiveRules, Loaded, Reload};
 pub use matcher::{Domain, Match, Rule};
 pub use model::{LimitDef, VALID_KEYS, parse_file};
 
@@ -35,6 +37,9 @@ pub struct LoadOptions {
 pub struct Rules {
     domains: HashMap<Arc<str>, Domain>,
     files: Vec<PathBuf>,
+    /// A hash of every file's path and content: equal fingerprints mean a
+    /// reload would change nothing.
+    fingerprint: u64,
 }
 
 impl Rules {
@@ -51,6 +56,10 @@ impl Rules {
             .collect();
         out.sort();
         out
+    }
+
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
     }
 
     /// The files the rules came from.
@@ -95,9 +104,13 @@ pub fn load_dir(dir: &Path, opts: LoadOptions, metrics: &Metrics) -> Result<Rule
     }
     let mut parsed = Vec::with_capacity(files.len());
     let mut errors = Vec::new();
+    let mut hasher = DefaultHasher::new();
     for file in &files {
         let text = match std::fs::read_to_string(file) {
-            Ok(text) => text,
+            Ok(text) => {
+                (file, &text).hash(&mut hasher);
+                text
+            }
             Err(e) => {
                 errors.push(ConfigError {
                     file: file.clone(),
@@ -118,7 +131,30 @@ pub fn load_dir(dir: &Path, opts: LoadOptions, metrics: &Metrics) -> Result<Rule
     }
     let domains =
         matcher::compile(parsed, opts.merge_domains, metrics).map_err(LoadError::Invalid)?;
-    Ok(Rules { domains, files })
+    Ok(Rules {
+        domains,
+        files,
+        fingerprint: hasher.finish(),
+    })
+}
+
+/// A cheap fingerprint of the directory from file metadata alone (paths, sizes,
+/// modification times, following symlinks), for polling between events.
+pub fn stat_fingerprint(dir: &Path) -> u64 {
+    let mut files = Vec::new();
+    let mut hasher = DefaultHasher::new();
+    if collect(dir, 0, &mut files).is_err() {
+        return 0;
+    }
+    files.sort();
+    for f in &files {
+        f.hash(&mut hasher);
+        if let Ok(m) = std::fs::metadata(f) {
+            m.len().hash(&mut hasher);
+            m.modified().ok().hash(&mut hasher);
+        }
+    }
+    hasher.finish()
 }
 
 fn collect(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<(), LoadError> {

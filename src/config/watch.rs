@@ -1,0 +1,148 @@
+//! Hot reload: one task owns every trigger (file events, SIGHUP, a metadata
+//! poll) and is the only writer of the live rules, so reloads never overlap.
+//!
+//! The directory itself is watched recursively, so in-place writes, editors'
+//! rename-over saves, new and deleted files and Kubernetes' `..data` symlink
+//! swaps are all seen. Bursts of events are debounced into one reload. The
+//! poll catches what a watcher can miss (the directory replaced, network
+//! filesystems) at the cost of one `stat` per file every few seconds.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use notify::{RecursiveMode, Watcher};
+use tokio::sync::mpsc;
+use tokio::time::{Instant, timeout};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::{LiveRules, stat_fingerprint};
+
+/// Quiet time that ends a burst of events.
+const QUIET: Duration = Duration::from_millis(100);
+/// Longest a burst can delay a reload.
+const MAX_DELAY: Duration = Duration::from_millis(400);
+/// How often the directory's metadata is compared.
+const POLL: Duration = Duration::from_secs(2);
+
+/// The reload triggers, registered up front so that nothing that happens
+/// after startup is missed: a SIGHUP reloads instead of killing the process,
+/// and an edit made right after startup is seen.
+pub struct Watch {
+    rules: Arc<LiveRules>,
+    files: bool,
+    hup: Hup,
+    tx: mpsc::Sender<()>,
+    events: mpsc::Receiver<()>,
+    watcher: Option<notify::RecommendedWatcher>,
+}
+
+impl Watch {
+    /// Registers SIGHUP and, when `files` is set, a watcher on the rules'
+    /// directory. Call it before announcing readiness.
+    pub fn start(rules: Arc<LiveRules>, files: bool) -> Watch {
+        let (tx, events) = mpsc::channel::<()>(64);
+        let watcher = if files {
+            start_watcher(rules.dir(), tx.clone())
+        } else {
+            None
+        };
+        Watch {
+            rules,
+            files,
+            hup: sighup(),
+            tx,
+            events,
+            watcher,
+        }
+    }
+
+    /// Reloads on every trigger until `token` is cancelled.
+    pub async fn run(mut self, token: CancellationToken) {
+        let dir = self.rules.dir().to_path_buf();
+        let mut poll = tokio::time::interval(POLL);
+        loop {
+            let cause = tokio::select! {
+                () = token.cancelled() => return,
+                Some(()) = self.events.recv() => {
+                    debounce(&mut self.events).await;
+                    "file change"
+                }
+                Some(()) = recv_hup(&mut self.hup) => "SIGHUP",
+                _ = poll.tick(), if self.files => {
+                    if self.watcher.is_none() {
+                        self.watcher = start_watcher(&dir, self.tx.clone());
+                    }
+                    if stat_fingerprint(&dir) == self.rules.stat_seen() {
+                        continue;
+                    }
+                    "poll"
+                }
+            };
+            let rules = self.rules.clone();
+            // Logging and metrics happen inside reload; the outcome is not needed here.
+            let _ = tokio::task::spawn_blocking(move || rules.reload(cause)).await;
+        }
+    }
+}
+
+async fn debounce(events: &mut mpsc::Receiver<()>) {
+    let deadline = Instant::now() + MAX_DELAY;
+    while Instant::now() < deadline {
+        match timeout(QUIET, events.recv()).await {
+            Ok(Some(())) => continue,
+            _ => return,
+        }
+    }
+}
+
+fn start_watcher(dir: &Path, tx: mpsc::Sender<()>) -> Option<notify::RecommendedWatcher> {
+    let handler = move |event: notify::Result<notify::Event>| {
+        if event.is_ok_and(|e| !e.kind.is_access()) {
+            // A full queue already holds a pending reload: dropping is fine.
+            let _ = tx.try_send(());
+        }
+    };
+    let result = notify::recommended_watcher(handler).and_then(|mut w| {
+        w.watch(dir, RecursiveMode::Recursive)?;
+        Ok(w)
+    });
+    match result {
+        Ok(w) => {
+            info!(dir = %dir.display(), "watching the config directory");
+            Some(w)
+        }
+        Err(e) => {
+            warn!(dir = %dir.display(), error = %e, "cannot watch the config directory; polling every {}s", POLL.as_secs());
+            None
+        }
+    }
+}
+
+/// A SIGHUP listener (none where signals do not exist).
+#[cfg(unix)]
+type Hup = Option<tokio::signal::unix::Signal>;
+#[cfg(not(unix))]
+type Hup = Option<()>;
+
+#[cfg(unix)]
+fn sighup() -> Hup {
+    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok()
+}
+#[cfg(not(unix))]
+fn sighup() -> Hup {
+    None
+}
+
+#[cfg(unix)]
+async fn recv_hup(hup: &mut Hup) -> Option<()> {
+    match hup {
+        Some(s) => s.recv().await,
+        None => std::future::pending().await,
+    }
+}
+#[cfg(not(unix))]
+async fn recv_hup(_: &mut Hup) -> Option<()> {
+    std::future::pending().await
+}
