@@ -3,7 +3,7 @@ CARGO ?= cargo
 # Tests start real servers; keep parallelism sane on small machines.
 TEST_THREADS ?= 4
 
-.PHONY: run build test lint unit bench clean
+.PHONY: run build test lint deps bench clean
 
 run:
 	$(CARGO) run --release -- serve --config descriptors
@@ -15,7 +15,16 @@ lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets -- -D warnings
 
-test: lint
+# What the tests start for real: redis-server and redis-cli (Debian's package).
+deps:
+	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || { \
+	  echo "installing redis-server (apt)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get install -y -q redis-server >/dev/null 2>&1 || \
+	  { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q redis-server >/dev/null; }; }
+	@redis-server --version
+
+test: lint deps
 	$(CARGO) test --all-targets -- --test-threads=$(TEST_THREADS)
 
 clean:

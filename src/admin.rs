@@ -75,7 +75,7 @@ async fn readyz(State(s): State<AdminState>) -> Response {
         .collect();
     let body = json!({
         "status": status,
-        "store": {"backend": store.backend, "healthy": store.healthy, "detail": store.detail},
+        "store": {"backend": store.backend, "in_use": store.in_use, "healthy": store.healthy, "detail": store.detail},
         "config": {
             "dir": s.limiter.rules().dir().display().to_string(),
             "generation": config.generation,

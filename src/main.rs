@@ -12,7 +12,8 @@ use sluice::config::{LiveRules, LoadOptions, load_dir};
 use sluice::metrics::Metrics;
 use sluice::server::{self, Listeners, ServeOptions};
 use sluice::service::{RateLimiter, Settings};
-use sluice::store::MemoryStore;
+use sluice::store::redis::{KeyFormat, RedisConfig, RedisStore, Target};
+use sluice::store::{FailurePolicy, MemoryStore, Resilient, Store};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
@@ -30,7 +31,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the rules (the default when no command is given).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Validate a config directory: one line per domain, or the errors and exit 1.
     Check(CheckArgs),
 }
@@ -67,11 +68,88 @@ struct ServeArgs {
     /// Longest wait for in-flight requests after SIGTERM/SIGINT, e.g. 10s or 500ms.
     #[arg(long, env = "SLUICE_SHUTDOWN_GRACE", default_value = "10s", value_parser = parse_duration)]
     shutdown_grace: Duration,
+    #[command(flatten)]
+    store: StoreArgs,
     #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
     /// Log filter: a level (info, debug, ...) or a tracing directive.
     #[arg(long, env = "SLUICE_LOG_LEVEL", default_value = "info")]
     log_level: String,
+}
+
+/// Where counters live: memory (the default) or Redis.
+#[derive(Args, Clone)]
+struct StoreArgs {
+    /// Count in Redis: redis://[user:pass@]host:port[/db], or rediss:// for TLS.
+    #[arg(long, env = "SLUICE_REDIS_URL", conflicts_with = "redis_cluster")]
+    redis_url: Option<String>,
+    /// Count in a Redis Cluster: comma-separated seed nodes (host:port or URLs).
+    #[arg(long, env = "SLUICE_REDIS_CLUSTER", value_delimiter = ',')]
+    redis_cluster: Vec<String>,
+    /// Connections in the Redis pool (each one multiplexed).
+    #[arg(long, env = "SLUICE_REDIS_POOL_SIZE", default_value_t = 4)]
+    redis_pool_size: u32,
+    /// Longest wait for Redis per request before the failure policy decides.
+    #[arg(long, env = "SLUICE_REDIS_TIMEOUT", default_value = "20ms", value_parser = parse_duration)]
+    redis_timeout: Duration,
+    /// Prepended to every Redis key.
+    #[arg(long, env = "SLUICE_CACHE_KEY_PREFIX", default_value = "")]
+    cache_key_prefix: String,
+    /// Redis key layout: sluice (collision-free, values hashed) or envoyproxy
+    /// (the reference's keys, to share counters during a migration).
+    #[arg(long, env = "SLUICE_KEY_FORMAT", value_enum, default_value_t = KeyFormatArg::Sluice)]
+    key_format: KeyFormatArg,
+    /// What decides when Redis fails or times out.
+    #[arg(long, env = "SLUICE_STORE_FAILURE", value_enum, default_value_t = PolicyArg::Fallback)]
+    store_failure: PolicyArg,
+    /// Counters remembered as over their limit (answered without Redis); 0 disables.
+    #[arg(long, env = "SLUICE_LOCAL_CACHE_SIZE", default_value_t = 100_000)]
+    local_cache_size: usize,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum KeyFormatArg {
+    Sluice,
+    Envoyproxy,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum PolicyArg {
+    Fallback,
+    Allow,
+    Deny,
+}
+
+impl StoreArgs {
+    fn build(&self, metrics: &Arc<Metrics>) -> anyhow::Result<Arc<dyn Store>> {
+        let target = match (&self.redis_url, self.redis_cluster.is_empty()) {
+            (Some(url), _) => Target::Single(url.clone()),
+            (None, false) => Target::Cluster(self.redis_cluster.clone()),
+            (None, true) => return Ok(Arc::new(MemoryStore::default())),
+        };
+        let redis = RedisStore::new(RedisConfig {
+            target,
+            pool_size: self.redis_pool_size,
+            prefix: self.cache_key_prefix.clone(),
+            key_format: match self.key_format {
+                KeyFormatArg::Sluice => KeyFormat::Sluice,
+                KeyFormatArg::Envoyproxy => KeyFormat::Envoyproxy,
+            },
+            connect_timeout: Duration::from_secs(1),
+        })?;
+        let policy = match self.store_failure {
+            PolicyArg::Fallback => FailurePolicy::Fallback,
+            PolicyArg::Allow => FailurePolicy::Allow,
+            PolicyArg::Deny => FailurePolicy::Deny,
+        };
+        Ok(Arc::new(Resilient::new(
+            redis,
+            policy,
+            self.redis_timeout,
+            self.local_cache_size,
+            metrics.clone(),
+        )))
+    }
 }
 
 #[derive(Args)]
@@ -108,7 +186,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Check(args)) => check(&args.dir, &args.config_args),
-        Some(Command::Serve(args)) => serve(args),
+        Some(Command::Serve(args)) => serve(*args),
         None => serve(cli.serve),
     };
     match result {
@@ -183,12 +261,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             global_shadow: args.shadow_mode,
             dynamic_metadata: args.response_dynamic_metadata,
         };
-        let limiter = RateLimiter::new(
-            rules.clone(),
-            Arc::new(MemoryStore::default()),
-            metrics,
-            settings,
-        );
+        let store = args.store.build(&metrics)?;
+        let limiter = RateLimiter::new(rules.clone(), store, metrics, settings);
         for (domain, count) in rules.current().rules.summary() {
             info!(domain, rules = count, "domain loaded");
         }

@@ -100,6 +100,26 @@ pub struct Metrics {
     config_loads: AtomicU64,
     config_load_errors: AtomicU64,
     config_generation: AtomicU64,
+    store: StoreMetrics,
+}
+
+/// How a call to the shared store ended.
+#[derive(Debug, Clone, Copy)]
+pub enum StoreCall {
+    Ok,
+    Timeout,
+    Error,
+}
+
+#[derive(Debug, Default)]
+struct StoreMetrics {
+    latency: Histogram,
+    timeouts: AtomicU64,
+    errors: AtomicU64,
+    policy: std::sync::OnceLock<&'static str>,
+    policy_decisions: AtomicU64,
+    circuit_open: AtomicU64,
+    local_cache_hits: AtomicU64,
 }
 
 impl Metrics {
@@ -158,6 +178,37 @@ impl Metrics {
         }
     }
 
+    /// Records one call to the shared store (Redis).
+    pub fn store_call(&self, call: StoreCall, took: Duration) {
+        let st = &self.store;
+        st.latency.observe(took);
+        match call {
+            StoreCall::Ok => {}
+            StoreCall::Timeout => {
+                st.timeouts.fetch_add(1, Relaxed);
+            }
+            StoreCall::Error => {
+                st.errors.fetch_add(1, Relaxed);
+            }
+        }
+    }
+
+    /// Counts descriptors decided by the failure policy named `policy`.
+    pub fn policy_decisions(&self, policy: &'static str, n: u64) {
+        let _ = self.store.policy.set(policy);
+        self.store.policy_decisions.fetch_add(n, Relaxed);
+    }
+
+    /// Records whether the store's circuit breaker is open.
+    pub fn circuit(&self, open: bool) {
+        self.store.circuit_open.store(u64::from(open), Relaxed);
+    }
+
+    /// Counts descriptors answered from the local over-limit cache.
+    pub fn local_cache_hits(&self, n: u64) {
+        self.store.local_cache_hits.fetch_add(n, Relaxed);
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(4096);
@@ -192,28 +243,12 @@ impl Metrics {
                 c.load(Relaxed)
             );
         }
-        let h = &self.latency;
-        let _ = writeln!(
-            out,
-            "# HELP sluice_request_duration_seconds Time to answer ShouldRateLimit."
+        write_histogram(
+            &mut out,
+            "sluice_request_duration_seconds",
+            "Time to answer ShouldRateLimit.",
+            &self.latency,
         );
-        let _ = writeln!(out, "# TYPE sluice_request_duration_seconds histogram");
-        let mut cumulative = 0;
-        for (bound, b) in BUCKETS.iter().zip(&h.buckets) {
-            cumulative += b.load(Relaxed);
-            let _ = writeln!(
-                out,
-                "sluice_request_duration_seconds_bucket{{le=\"{bound}\"}} {cumulative}"
-            );
-        }
-        let count = h.count.load(Relaxed);
-        let _ = writeln!(
-            out,
-            "sluice_request_duration_seconds_bucket{{le=\"+Inf\"}} {count}"
-        );
-        let sum = h.sum_nanos.load(Relaxed) as f64 / 1e9;
-        let _ = writeln!(out, "sluice_request_duration_seconds_sum {sum}");
-        let _ = writeln!(out, "sluice_request_duration_seconds_count {count}");
         for (name, kind, help, v) in [
             (
                 "sluice_domain_not_found_total",
@@ -246,8 +281,76 @@ impl Metrics {
                 v.load(Relaxed)
             );
         }
+        self.render_store(&mut out);
         out
     }
+
+    fn render_store(&self, out: &mut String) {
+        let st = &self.store;
+        write_histogram(
+            out,
+            "sluice_store_duration_seconds",
+            "Time of calls to the shared store.",
+            &st.latency,
+        );
+        let _ = writeln!(
+            out,
+            "# HELP sluice_store_errors_total Failed calls to the shared store, by kind."
+        );
+        let _ = writeln!(out, "# TYPE sluice_store_errors_total counter");
+        let _ = writeln!(
+            out,
+            "sluice_store_errors_total{{kind=\"timeout\"}} {}",
+            st.timeouts.load(Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "sluice_store_errors_total{{kind=\"error\"}} {}",
+            st.errors.load(Relaxed)
+        );
+        let policy = st.policy.get().copied().unwrap_or("none");
+        let _ = writeln!(
+            out,
+            "# HELP sluice_store_policy_decisions_total Descriptors decided by --store-failure while the store failed.\n\
+             # TYPE sluice_store_policy_decisions_total counter\n\
+             sluice_store_policy_decisions_total{{policy=\"{policy}\"}} {}",
+            st.policy_decisions.load(Relaxed)
+        );
+        for (name, kind, help, v) in [
+            (
+                "sluice_store_circuit_open",
+                "gauge",
+                "1 while the store is considered down and not asked.",
+                &st.circuit_open,
+            ),
+            (
+                "sluice_store_local_cache_hits_total",
+                "counter",
+                "Descriptors answered over-limit from the local cache.",
+                &st.local_cache_hits,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {}",
+                v.load(Relaxed)
+            );
+        }
+    }
+}
+
+fn write_histogram(out: &mut String, name: &str, help: &str, h: &Histogram) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} histogram");
+    let mut cumulative = 0;
+    for (bound, b) in BUCKETS.iter().zip(&h.buckets) {
+        cumulative += b.load(Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+    }
+    let count = h.count.load(Relaxed);
+    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+    let _ = writeln!(out, "{name}_sum {}", h.sum_nanos.load(Relaxed) as f64 / 1e9);
+    let _ = writeln!(out, "{name}_count {count}");
 }
 
 type Getter = fn(&RuleStats) -> &AtomicU64;

@@ -88,6 +88,11 @@ pub async fn run(
     }
 
     let sweeper = tokio::spawn(sweep(limiter.clone(), token.clone()));
+    let store_task = limiter
+        .store()
+        .clone()
+        .background(token.clone())
+        .map(tokio::spawn);
     let watcher = tokio::spawn(
         watch::Watch::start(limiter.rules().clone(), opts.watch_config).run(token.clone()),
     );
@@ -130,6 +135,9 @@ pub async fn run(
     };
     token.cancel();
     let _ = sweeper.await;
+    if let Some(t) = store_task {
+        let _ = t.await;
+    }
     let _ = watcher.await;
     result
 }

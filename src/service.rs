@@ -182,9 +182,15 @@ impl RateLimiter {
             .iter()
             .zip(&req.descriptors)
             .filter_map(|(r, d)| match r {
-                Resolved::Counted { unit, key, .. } => Some(Increment {
+                Resolved::Counted {
+                    unit,
+                    key,
+                    requests_per_unit,
+                    ..
+                } => Some(Increment {
                     key: key.clone(),
                     hits: d.hits,
+                    limit: *requests_per_unit,
                     window: Window::containing(*unit, now),
                 }),
                 _ => None,

@@ -35,6 +35,31 @@ impl CounterKey {
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }
+
+    /// The domain and the (key, value) entries the key was built from.
+    pub fn parts(&self) -> (&str, Vec<(&str, &str)>) {
+        let mut rest: &[u8] = &self.0;
+        let domain = take(&mut rest);
+        rest = rest.get(1..).unwrap_or_default();
+        let mut entries = Vec::new();
+        while !rest.is_empty() {
+            let k = take(&mut rest);
+            let v = take(&mut rest);
+            entries.push((k, v));
+        }
+        (domain, entries)
+    }
+}
+
+/// Reads one length-prefixed part. Parts were `&str` when the key was built,
+/// so the UTF-8 check cannot fail.
+fn take<'a>(rest: &mut &'a [u8]) -> &'a str {
+    let len = rest
+        .get(..4)
+        .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize);
+    let part = rest.get(4..4 + len).unwrap_or_default();
+    *rest = rest.get(4 + len..).unwrap_or_default();
+    std::str::from_utf8(part).unwrap_or_default()
 }
 
 fn push(buf: &mut Vec<u8>, part: &[u8]) {
@@ -73,6 +98,12 @@ mod tests {
         let b = CounterKey::new("d", Unit::Minute, [("k", "v")]);
         assert_ne!(a, b);
         assert_eq!(a, CounterKey::new("d", Unit::Second, [("k", "v")]));
+    }
+
+    #[test]
+    fn parts_round_trip() {
+        let k = CounterKey::new("d_1", Unit::Hour, [("a", "b_c"), ("e", "")]);
+        assert_eq!(k.parts(), ("d_1", vec![("a", "b_c"), ("e", "")]));
     }
 
     #[test]

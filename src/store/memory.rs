@@ -38,9 +38,9 @@ impl Default for MemoryStore {
 
 impl MemoryStore {
     /// Adds to every counter of the batch, synchronously.
-    pub fn increment_now(&self, batch: &[Increment]) -> Vec<u64> {
+    pub fn increment_now<'a>(&self, batch: impl IntoIterator<Item = &'a Increment>) -> Vec<u64> {
         batch
-            .iter()
+            .into_iter()
             .map(|inc| {
                 let shard = &self.shards[self.hasher.hash_one(&inc.key) as usize % SHARDS];
                 let mut map = shard.lock();
@@ -89,13 +89,14 @@ impl Store for MemoryStore {
         &'a self,
         batch: &'a [Increment],
     ) -> BoxFuture<'a, Result<Vec<u64>, StoreError>> {
-        let counts = self.increment_now(batch);
+        let counts = self.increment_now(batch.iter());
         Box::pin(std::future::ready(Ok(counts)))
     }
 
     fn health(&self) -> StoreHealth {
         StoreHealth {
             backend: "memory",
+            in_use: "memory",
             healthy: true,
             detail: None,
         }
@@ -117,6 +118,7 @@ mod tests {
         Increment {
             key: CounterKey::new("d", Unit::Minute, [("k", v)]),
             hits: 1,
+            limit: 100,
             window: Window::containing(Unit::Minute, Now(now)),
         }
     }

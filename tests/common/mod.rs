@@ -17,6 +17,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::transport::Channel;
 
+pub mod redis;
+
 pub const OK: i32 = 1;
 pub const OVER: i32 = 2;
 

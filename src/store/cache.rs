@@ -1,0 +1,147 @@
+//! The local over-limit cache: once a counter is known to be past its limit in
+//! a window, requests on it are answered from memory until the window ends,
+//! so a flood from one client costs Redis nothing after the limit is reached.
+//!
+//! It remembers the count seen, not a verdict: a request is answered locally
+//! only when that count plus its hits exceeds *its* limit, so a per-request
+//! `limit` override that allows more still goes to Redis (the reference's
+//! freecache keeps blocking in that case, envoyproxy/ratelimit#1077).
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+
+use parking_lot::Mutex;
+
+use super::{CounterKey, Increment};
+use crate::limiter::{Now, WindowStart};
+
+const SHARDS: usize = 16;
+
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    start: WindowStart,
+    end: u64,
+    count: u64,
+}
+
+/// A bounded map of counters known to be over their limit.
+#[derive(Debug)]
+pub struct OverLimitCache {
+    shards: Box<[Mutex<HashMap<CounterKey, Seen>>]>,
+    per_shard: usize,
+    hasher: RandomState,
+}
+
+impl OverLimitCache {
+    /// A cache of at most `capacity` counters; 0 disables it.
+    pub fn new(capacity: usize) -> OverLimitCache {
+        OverLimitCache {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            per_shard: capacity.div_ceil(SHARDS),
+            hasher: RandomState::new(),
+        }
+    }
+
+    fn shard(&self, key: &CounterKey) -> &Mutex<HashMap<CounterKey, Seen>> {
+        &self.shards[self.hasher.hash_one(key) as usize % SHARDS]
+    }
+
+    /// The count to answer with when `inc` is certainly over its limit.
+    pub fn over(&self, inc: &Increment) -> Option<u64> {
+        if self.per_shard == 0 {
+            return None;
+        }
+        let seen = *self.shard(&inc.key).lock().get(&inc.key)?;
+        let after = seen.count.saturating_add(inc.hits);
+        (seen.start == inc.window.start && after > u64::from(inc.limit)).then_some(after)
+    }
+
+    /// Remembers a count the store returned, when it is over the limit.
+    pub fn record(&self, inc: &Increment, count: u64) {
+        if self.per_shard == 0 || count <= u64::from(inc.limit) {
+            return;
+        }
+        let mut map = self.shard(&inc.key).lock();
+        if map.len() >= self.per_shard && !map.contains_key(&inc.key) {
+            let now = inc.window.start.0;
+            map.retain(|_, s| s.end > now);
+            if map.len() >= self.per_shard {
+                return;
+            }
+        }
+        map.insert(
+            inc.key.clone(),
+            Seen {
+                start: inc.window.start,
+                end: inc.window.end(),
+                count,
+            },
+        );
+    }
+
+    /// Frees entries whose window has ended.
+    pub fn sweep(&self, now: Now) {
+        for shard in self.shards.iter() {
+            shard.lock().retain(|_, s| s.end > now.0);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::{Unit, Window};
+
+    fn inc(v: &str, limit: u32, now: u64) -> Increment {
+        Increment {
+            key: CounterKey::new("d", Unit::Minute, [("k", v)]),
+            hits: 1,
+            limit,
+            window: Window::containing(Unit::Minute, Now(now)),
+        }
+    }
+
+    #[test]
+    fn answers_only_while_over_in_the_same_window() {
+        let c = OverLimitCache::new(100);
+        c.record(&inc("a", 5, 60), 5);
+        assert_eq!(c.over(&inc("a", 5, 60)), None, "at the limit is not over");
+        c.record(&inc("a", 5, 60), 6);
+        assert_eq!(c.over(&inc("a", 5, 61)), Some(7));
+        assert_eq!(
+            c.over(&inc("a", 5, 120)),
+            None,
+            "a new window asks the store"
+        );
+        assert_eq!(c.over(&inc("b", 5, 60)), None);
+    }
+
+    #[test]
+    fn a_higher_override_is_not_blocked() {
+        let c = OverLimitCache::new(100);
+        c.record(&inc("a", 5, 60), 6);
+        assert_eq!(c.over(&inc("a", 100, 60)), None);
+    }
+
+    #[test]
+    fn bounded_and_swept() {
+        let c = OverLimitCache::new(16);
+        for i in 0..1000 {
+            c.record(&inc(&i.to_string(), 0, 60), 1);
+        }
+        assert!(c.len() <= 16, "{}", c.len());
+        c.sweep(Now(120));
+        assert!(c.is_empty());
+        let off = OverLimitCache::new(0);
+        off.record(&inc("a", 0, 60), 1);
+        assert_eq!(off.over(&inc("a", 0, 60)), None);
+    }
+}

@@ -1,0 +1,395 @@
+//! Counters in Redis (one node through a bb8 pool of multiplexed connections)
+//! or Redis Cluster (the redis crate's async cluster client).
+//!
+//! A request's increments run as one Lua script per Redis slot: `INCRBY` and
+//! an expiry for every key, atomically, so a key can never be left without its
+//! expiry and the count after the increment decides (no check-then-increment
+//! race). On one node that is one round trip per request; in a cluster the
+//! slot groups go out in parallel.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use bb8_redis::RedisConnectionManager;
+use futures_util::future::try_join_all;
+use redis::aio::MultiplexedConnection;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::Slot;
+use redis::{IntoConnectionInfo, Script};
+use sha2::{Digest, Sha256};
+
+use super::{CounterKey, Increment, StoreError};
+use crate::limiter::Now;
+
+/// Seconds a key may outlive its window. Expiries are relative to sluice's own
+/// clock, so a skew between sluice and Redis cannot end a window early.
+pub const EXPIRY_SLACK_SECONDS: u64 = 5;
+
+const INCREMENT: &str = r"
+local out = {}
+for i = 1, #KEYS do
+  out[i] = redis.call('INCRBY', KEYS[i], ARGV[2 * i - 1])
+  redis.call('EXPIRE', KEYS[i], ARGV[2 * i])
+end
+return out
+";
+
+/// How counter keys are written in Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyFormat {
+    /// `<prefix><domain>:<UNIT>:<window start>:<sha256 of domain, unit and
+    /// entries>`: collision-free, and no descriptor value appears in clear.
+    #[default]
+    Sluice,
+    /// envoyproxy/ratelimit's `<prefix><domain>_<k1>_<v1>_..._<window start>`,
+    /// to share counters with a fleet of the reference during a migration.
+    Envoyproxy,
+}
+
+/// Where the counters live.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Target {
+    /// `redis://[user:pass@]host:port[/db]` or `rediss://...` for TLS.
+    Single(String),
+    /// Seed nodes of a cluster, each a URL or `host:port`.
+    Cluster(Vec<String>),
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
+impl fmt::Display for Target {
+    /// Never shows a password.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Single(url) => f.write_str(&mask(url)),
+            Target::Cluster(seeds) => {
+                let masked: Vec<String> = seeds.iter().map(|s| mask(s)).collect();
+                write!(f, "cluster {}", masked.join(","))
+            }
+        }
+    }
+}
+
+/// `redis://user:secret@host` becomes `redis://user:***@host`.
+pub fn mask(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let Some((creds, host)) = rest.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    let user = creds.split_once(':').map_or("", |(u, _)| u);
+    format!("{scheme}://{user}:***@{host}")
+}
+
+/// Settings of the Redis store.
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    pub target: Target,
+    pub pool_size: u32,
+    pub prefix: String,
+    pub key_format: KeyFormat,
+    /// Longest wait for a connection when (re)connecting.
+    pub connect_timeout: Duration,
+}
+
+enum Live {
+    Single(bb8::Pool<RedisConnectionManager>),
+    Cluster(ClusterConnection),
+}
+
+/// The Redis store. Connections are made by [`RedisStore::connect`] and
+/// replaced whole when the store recovers from an outage, so no request ever
+/// uses a connection that died with the old server.
+pub struct RedisStore {
+    config: RedisConfig,
+    live: ArcSwapOption<Live>,
+    script: Script,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RedisStore({})", self.config.target)
+    }
+}
+
+fn unavailable(e: impl fmt::Display) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+impl RedisStore {
+    /// A store that is not connected yet; nothing touches the network here.
+    pub fn new(config: RedisConfig) -> Result<RedisStore, StoreError> {
+        // Validate the URLs now so a typo fails at startup, not at first use.
+        for url in seeds(&config.target) {
+            url.as_str().into_connection_info().map_err(|e| {
+                StoreError::Unavailable(format!("invalid Redis address {}: {e}", mask(&url)))
+            })?;
+        }
+        Ok(RedisStore {
+            config,
+            live: ArcSwapOption::empty(),
+            script: Script::new(INCREMENT),
+        })
+    }
+
+    pub fn backend(&self) -> &'static str {
+        match self.config.target {
+            Target::Single(_) => "redis",
+            Target::Cluster(_) => "redis-cluster",
+        }
+    }
+
+    pub fn target(&self) -> &Target {
+        &self.config.target
+    }
+
+    /// Opens fresh connections, checks them with PING and swaps them in.
+    pub async fn connect(&self) -> Result<(), StoreError> {
+        let live = match &self.config.target {
+            Target::Single(url) => {
+                let manager = RedisConnectionManager::new(url.as_str()).map_err(unavailable)?;
+                let pool = bb8::Pool::builder()
+                    .max_size(self.config.pool_size.max(1))
+                    .connection_timeout(self.config.connect_timeout)
+                    // A PING per checkout would double every request's round trips.
+                    .test_on_check_out(false)
+                    .build_unchecked(manager);
+                let mut conn = pool.get().await.map_err(unavailable)?.clone();
+                ping(&mut conn).await?;
+                Live::Single(pool)
+            }
+            Target::Cluster(_) => {
+                let client = redis::cluster::ClusterClient::builder(seeds(&self.config.target))
+                    .connection_timeout(self.config.connect_timeout)
+                    .build()
+                    .map_err(unavailable)?;
+                let mut conn = client.get_async_connection().await.map_err(unavailable)?;
+                ping(&mut conn).await?;
+                Live::Cluster(conn)
+            }
+        };
+        self.live.store(Some(Arc::new(live)));
+        Ok(())
+    }
+
+    /// Runs the increment script for the batch; counts come back in batch order.
+    pub async fn increment(&self, batch: &[&Increment]) -> Result<Vec<u64>, StoreError> {
+        let live = self
+            .live
+            .load_full()
+            .ok_or_else(|| StoreError::Unavailable("not connected".into()))?;
+        let now = Now::wall();
+        let keys: Vec<String> = batch.iter().map(|i| self.redis_key(i)).collect();
+        match &*live {
+            Live::Single(pool) => {
+                // Multiplexed: clone the connection and give the slot back at once.
+                let mut conn: MultiplexedConnection =
+                    pool.get().await.map_err(unavailable)?.clone();
+                self.run(
+                    &mut conn,
+                    batch,
+                    &keys,
+                    &(0..batch.len()).collect::<Vec<_>>(),
+                    now,
+                )
+                .await
+            }
+            Live::Cluster(conn) => {
+                let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
+                for (i, key) in keys.iter().enumerate() {
+                    let slot = Slot::for_key(key);
+                    match groups.iter_mut().find(|(s, _)| *s == slot) {
+                        Some((_, idx)) => idx.push(i),
+                        None => groups.push((slot, vec![i])),
+                    }
+                }
+                let results = try_join_all(groups.iter().map(|(_, idx)| {
+                    let mut conn = conn.clone();
+                    let keys = &keys;
+                    async move { self.run(&mut conn, batch, keys, idx, now).await }
+                }))
+                .await?;
+                let mut counts = vec![0; batch.len()];
+                for ((_, idx), group) in groups.iter().zip(results) {
+                    for (i, count) in idx.iter().zip(group) {
+                        counts[*i] = count;
+                    }
+                }
+                Ok(counts)
+            }
+        }
+    }
+
+    async fn run(
+        &self,
+        conn: &mut impl redis::aio::ConnectionLike,
+        batch: &[&Increment],
+        keys: &[String],
+        idx: &[usize],
+        now: Now,
+    ) -> Result<Vec<u64>, StoreError> {
+        let mut inv = self.script.prepare_invoke();
+        for &i in idx {
+            let ttl = batch[i].window.seconds_until_reset(now) + EXPIRY_SLACK_SECONDS;
+            inv.key(&keys[i]).arg(batch[i].hits).arg(ttl);
+        }
+        inv.invoke_async(conn).await.map_err(unavailable)
+    }
+
+    /// The Redis key of one counter in one window.
+    pub fn redis_key(&self, inc: &Increment) -> String {
+        render_key(
+            &self.config.prefix,
+            self.config.key_format,
+            &inc.key,
+            inc.window.start.0,
+            inc.window.unit.name(),
+        )
+    }
+}
+
+/// Renders a counter key in `format`.
+pub fn render_key(
+    prefix: &str,
+    format: KeyFormat,
+    key: &CounterKey,
+    window_start: u64,
+    unit: &str,
+) -> String {
+    let (domain, entries) = key.parts();
+    match format {
+        KeyFormat::Sluice => {
+            let digest = Sha256::digest(key.as_bytes());
+            let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+            format!("{prefix}{domain}:{unit}:{window_start}:{hex}")
+        }
+        KeyFormat::Envoyproxy => {
+            let mut s = format!("{prefix}{domain}_");
+            for (k, v) in entries {
+                s.push_str(k);
+                s.push('_');
+                s.push_str(v);
+                s.push('_');
+            }
+            s.push_str(&window_start.to_string());
+            s
+        }
+    }
+}
+
+async fn ping(conn: &mut impl redis::aio::ConnectionLike) -> Result<(), StoreError> {
+    let pong: String = redis::cmd("PING")
+        .query_async(conn)
+        .await
+        .map_err(unavailable)?;
+    if pong == "PONG" {
+        Ok(())
+    } else {
+        Err(StoreError::Unavailable(format!("PING answered {pong}")))
+    }
+}
+
+/// The URLs of a target: cluster seeds given as `host:port` inherit the
+/// scheme and credentials of the first seed written as a URL.
+fn seeds(target: &Target) -> Vec<String> {
+    match target {
+        Target::Single(url) => vec![url.clone()],
+        Target::Cluster(seeds) => {
+            let base = seeds
+                .iter()
+                .find_map(|s| {
+                    s.split_once("://")
+                        .map(|(scheme, rest)| (scheme, rest.rsplit_once('@').map(|(c, _)| c)))
+                })
+                .unwrap_or(("redis", None));
+            seeds
+                .iter()
+                .map(|s| {
+                    if s.contains("://") {
+                        s.clone()
+                    } else {
+                        match base.1 {
+                            Some(creds) => format!("{}://{creds}@{s}", base.0),
+                            None => format!("{}://{s}", base.0),
+                        }
+                    }
+                })
+                .collect()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::{Unit, Window};
+
+    #[test]
+    fn passwords_are_masked() {
+        assert_eq!(
+            mask("rediss://app:s3cret@cache:6380/0"),
+            "rediss://app:***@cache:6380/0"
+        );
+        assert_eq!(
+            mask("redis://:s3cret@cache:6379"),
+            "redis://:***@cache:6379"
+        );
+        assert_eq!(mask("redis://cache:6379"), "redis://cache:6379");
+        let t = Target::Cluster(vec!["redis://u:p@a:7000".into(), "b:7001".into()]);
+        assert!(!format!("{t} {t:?}").contains(":p@"));
+    }
+
+    #[test]
+    fn cluster_seeds_inherit_scheme_and_credentials() {
+        let t = Target::Cluster(vec!["rediss://u:p@a:7000".into(), "b:7001".into()]);
+        assert_eq!(seeds(&t), ["rediss://u:p@a:7000", "rediss://u:p@b:7001"]);
+        let t = Target::Cluster(vec!["a:7000".into(), "b:7001".into()]);
+        assert_eq!(seeds(&t), ["redis://a:7000", "redis://b:7001"]);
+    }
+
+    #[test]
+    fn key_formats() {
+        let k = CounterKey::new("domain", Unit::Second, [("key", "value")]);
+        let w = Window::containing(Unit::Second, Now(1234));
+        assert_eq!(
+            render_key("", KeyFormat::Envoyproxy, &k, w.start.0, "SECOND"),
+            "domain_key_value_1234"
+        );
+        assert_eq!(
+            render_key("prefix:", KeyFormat::Envoyproxy, &k, 1234, "SECOND"),
+            "prefix:domain_key_value_1234"
+        );
+        let two = CounterKey::new(
+            "domain",
+            Unit::Minute,
+            [("key2", "value2"), ("subkey2", "subvalue2")],
+        );
+        assert_eq!(
+            render_key("", KeyFormat::Envoyproxy, &two, 1200, "MINUTE"),
+            "domain_key2_value2_subkey2_subvalue2_1200"
+        );
+        let s = render_key("p:", KeyFormat::Sluice, &k, 1234, "SECOND");
+        assert!(s.starts_with("p:domain:SECOND:1234:"), "{s}");
+        assert_eq!(s.len(), "p:domain:SECOND:1234:".len() + 32);
+        let email = CounterKey::new("d", Unit::Hour, [("email", "a@example.com")]);
+        assert!(!render_key("", KeyFormat::Sluice, &email, 0, "HOUR").contains("example"));
+        // Values that collide in the reference's format do not in sluice's.
+        let a = CounterKey::new("d", Unit::Hour, [("a", "b_c")]);
+        let b = CounterKey::new("d", Unit::Hour, [("a_b", "c")]);
+        assert_eq!(
+            render_key("", KeyFormat::Envoyproxy, &a, 0, "HOUR"),
+            render_key("", KeyFormat::Envoyproxy, &b, 0, "HOUR")
+        );
+        assert_ne!(
+            render_key("", KeyFormat::Sluice, &a, 0, "HOUR"),
+            render_key("", KeyFormat::Sluice, &b, 0, "HOUR")
+        );
+    }
+}

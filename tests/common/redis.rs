@@ -1,0 +1,194 @@
+//! Real redis-server processes on free loopback ports, for the Redis tests.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::eventually;
+
+/// One redis-server; killed when dropped.
+pub struct RedisServer {
+    child: Option<Child>,
+    pub port: u16,
+    dir: tempfile::TempDir,
+    cluster: bool,
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+fn spawn(port: u16, dir: &Path, cluster: bool) -> Child {
+    let mut cmd = Command::new("redis-server");
+    cmd.args([
+        "--port",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ])
+    .arg("--dir")
+    .arg(dir)
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    if cluster {
+        cmd.args([
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+        ]);
+    }
+    cmd.spawn().expect("redis-server (make test installs it)")
+}
+
+/// Sends one inline command and returns the raw reply.
+pub fn command(port: u16, cmd: &str) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+    s.write_all(format!("{cmd}\r\n").as_bytes()).ok()?;
+    let mut buf = [0u8; 65536];
+    let n = s.read(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        RedisServer::start_on(free_port(), false)
+    }
+
+    pub fn start_on(port: u16, cluster: bool) -> RedisServer {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let child = spawn(port, dir.path(), cluster);
+        let r = RedisServer {
+            child: Some(child),
+            port,
+            dir,
+            cluster,
+        };
+        assert!(
+            eventually(Duration::from_secs(10), || command(port, "PING")
+                .is_some_and(|p| p.starts_with("+PONG"))),
+            "redis-server on {port} did not start"
+        );
+        r
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `redis-cli` against this server.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Calls of one command from `INFO commandstats`.
+    pub fn calls(&self, command: &str) -> u64 {
+        let info = self.cli(&["info", "commandstats"]);
+        let prefix = format!("cmdstat_{command}:calls=");
+        info.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the server again on the same port (with an empty dataset).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.child = Some(spawn(self.port, self.dir.path(), self.cluster));
+        let port = self.port;
+        assert!(eventually(Duration::from_secs(10), || command(
+            port, "PING"
+        )
+        .is_some_and(|p| p.starts_with("+PONG"))));
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().expect("running").id();
+        assert!(
+            Command::new("kill")
+                .args([&format!("-{sig}"), &pid.to_string()])
+                .status()
+                .expect("kill")
+                .success()
+        );
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if let Some(c) = &self.child {
+            // A stopped process must be continued to die cleanly.
+            let _ = Command::new("kill")
+                .args(["-CONT", &c.id().to_string()])
+                .status();
+        }
+        self.kill();
+    }
+}
+
+/// A Redis Cluster of three masters, created with `redis-cli --cluster create`.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start() -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| RedisServer::start_on(free_port(), true))
+            .collect();
+        let mut args = vec!["--cluster".to_owned(), "create".to_owned()];
+        args.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)));
+        args.extend(["--cluster-replicas", "0", "--cluster-yes"].map(String::from));
+        let out = Command::new("redis-cli")
+            .args(&args)
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "cluster create: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        for n in &nodes {
+            assert!(
+                eventually(Duration::from_secs(20), || n
+                    .cli(&["cluster", "info"])
+                    .contains("cluster_state:ok")),
+                "cluster not ok on {}",
+                n.port
+            );
+        }
+        RedisCluster { nodes }
+    }
+
+    pub fn seeds(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}

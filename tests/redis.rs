@@ -1,0 +1,419 @@
+//! Redis and Redis Cluster counters, on real redis-server processes: shared
+//! counts, exactness, key format and expiry, the local over-limit cache, and
+//! outages (killed, stopped, restarted) that never stall an answer.
+
+mod common;
+
+use std::time::Duration;
+
+use common::redis::{RedisCluster, RedisServer, free_port};
+use common::*;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use tonic::transport::Channel;
+
+const RULES: &str = "
+domain: shop
+descriptors:
+  - key: ip
+    rate_limit: {unit: hour, requests_per_unit: 3}
+  - key: hot
+    rate_limit: {unit: day, requests_per_unit: 100}
+  - key: email
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: a
+    rate_limit: {unit: day, requests_per_unit: 2}
+  - key: b
+    rate_limit: {unit: day, requests_per_unit: 2}
+  - key: c
+    rate_limit: {unit: day, requests_per_unit: 2}
+  - key: d
+    rate_limit: {unit: day, requests_per_unit: 2}
+";
+
+/// Envoy's filter gives each call a deadline; a store outage must never make
+/// sluice miss it. This is the deadline these tests give (generous on purpose:
+/// latency itself is measured by `make bench`, not asserted here).
+const DEADLINE: Duration = Duration::from_millis(500);
+
+fn start(redis_args: &[&str]) -> Sluice {
+    Sluice::start(&[("shop.yaml", RULES)], redis_args)
+}
+
+fn ready(s: &Sluice) -> bool {
+    s.get("/readyz").1.contains("\"status\":\"ready\"")
+}
+
+fn wait_ready(s: &Sluice) {
+    assert!(
+        eventually(Duration::from_secs(10), || ready(s)),
+        "never ready: {}",
+        s.get("/readyz").1
+    );
+}
+
+async fn ask_within(
+    c: &mut RateLimitServiceClient<Channel>,
+    entries: &[(&str, &str)],
+) -> RateLimitResponse {
+    let mut req = tonic::Request::new(request("shop", vec![descriptor(entries)]));
+    req.set_timeout(DEADLINE);
+    c.should_rate_limit(req)
+        .await
+        .expect("an answer within the deadline")
+        .into_inner()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_share_one_exact_budget() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let args = ["--redis-url", url.as_str(), "--redis-timeout", "2s"];
+    let (one, two) = (start(&args), start(&args));
+    wait_ready(&one);
+    wait_ready(&two);
+    let (c1, c2) = (one.client().await, two.client().await);
+    let tasks: Vec<_> = (0..200)
+        .map(|i| {
+            let mut c = if i % 2 == 0 { c1.clone() } else { c2.clone() };
+            tokio::spawn(async move { ask(&mut c, "shop", &[("hot", "k")]).await.overall_code })
+        })
+        .collect();
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += usize::from(t.await.unwrap() == OK);
+    }
+    assert_eq!(
+        admitted, 100,
+        "200 concurrent clients on two instances, limit 100"
+    );
+    // And the count is shared: the other instance sees it spent.
+    let mut c = two.client().await;
+    assert_eq!(
+        ask(&mut c, "shop", &[("hot", "k")]).await.overall_code,
+        OVER
+    );
+}
+
+#[tokio::test]
+async fn keys_carry_prefix_format_and_a_bounded_expiry() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let s = start(&[
+        "--redis-url",
+        &url,
+        "--cache-key-prefix",
+        "pfx:",
+        "--key-format",
+        "envoyproxy",
+    ]);
+    wait_ready(&s);
+    let mut c = s.client().await;
+    ask(&mut c, "shop", &[("ip", "1.2.3.4")]).await;
+    let keys = redis.cli(&["--scan"]);
+    let key = keys.trim();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let start_of_hour = now / 3600 * 3600;
+    assert!(
+        key == format!("pfx:shop_ip_1.2.3.4_{start_of_hour}")
+            || key == format!("pfx:shop_ip_1.2.3.4_{}", start_of_hour - 3600),
+        "{key}"
+    );
+    assert_eq!(redis.cli(&["get", key]).trim(), "1");
+    let ttl: u64 = redis.cli(&["ttl", key]).trim().parse().unwrap();
+    assert!(
+        (1..=3600 + 5).contains(&ttl),
+        "ttl {ttl} outlives the window"
+    );
+
+    let sluice_format = start(&["--redis-url", &url, "--cache-key-prefix", "sl:"]);
+    wait_ready(&sluice_format);
+    let mut c = sluice_format.client().await;
+    ask(&mut c, "shop", &[("email", "someone@example.com")]).await;
+    let keys = redis.cli(&["--scan", "--pattern", "sl:*"]);
+    let key = keys.trim();
+    assert!(key.starts_with("sl:shop:HOUR:"), "{key}");
+    assert!(
+        !keys.contains("example.com"),
+        "no email in clear in Redis keys: {keys}"
+    );
+    assert_eq!(key.rsplit(':').next().unwrap().len(), 32);
+    let ttl: i64 = redis.cli(&["ttl", key]).trim().parse().unwrap();
+    assert!((1..=3600 + 5).contains(&ttl), "ttl {ttl}");
+    assert!(
+        !sluice_format
+            .logs
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains("example.com")),
+        "no email in logs"
+    );
+}
+
+#[tokio::test]
+async fn over_limit_keys_stop_costing_redis() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let s = start(&["--redis-url", &url, "--redis-timeout", "2s"]);
+    wait_ready(&s);
+    let mut c = s.client().await;
+    for _ in 0..3 {
+        assert_eq!(
+            ask(&mut c, "shop", &[("ip", "flood")]).await.overall_code,
+            OK
+        );
+    }
+    assert_eq!(
+        ask(&mut c, "shop", &[("ip", "flood")]).await.overall_code,
+        OVER
+    );
+    let before = redis.calls("evalsha") + redis.calls("eval");
+    for _ in 0..50 {
+        assert_eq!(
+            ask(&mut c, "shop", &[("ip", "flood")]).await.overall_code,
+            OVER
+        );
+    }
+    assert_eq!(
+        redis.calls("evalsha") + redis.calls("eval"),
+        before,
+        "cached over-limit keys cost Redis nothing"
+    );
+    let (_, m) = s.get("/metrics");
+    assert_eq!(
+        metric(&m, "sluice_store_local_cache_hits_total"),
+        Some(50.0)
+    );
+
+    // A per-request override that allows more is not blocked by the cache.
+    let mut d = descriptor(&[("ip", "flood")]);
+    d.limit = Some(RateLimitOverride {
+        requests_per_unit: 100,
+        unit: 3,
+    });
+    let r = c
+        .should_rate_limit(request("shop", vec![d]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.overall_code, OK);
+    assert_eq!(redis.calls("evalsha") + redis.calls("eval"), before + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_redis_never_stalls_answers_and_comes_back() {
+    let mut redis = RedisServer::start();
+    let url = redis.url();
+    let s = start(&["--redis-url", &url, "--redis-timeout", "20ms"]);
+    wait_ready(&s);
+    let mut c = s.client().await;
+    assert_eq!(
+        ask_within(&mut c, &[("ip", "before")]).await.overall_code,
+        OK
+    );
+
+    redis.kill();
+    // Every request is answered within the deadline; the fallback policy keeps
+    // limits enforced in this instance.
+    let codes: Vec<i32> = {
+        let mut v = Vec::new();
+        for _ in 0..4 {
+            v.push(ask_within(&mut c, &[("ip", "during")]).await.overall_code);
+        }
+        v
+    };
+    assert_eq!(codes, [OK, OK, OK, OVER]);
+    for _ in 0..100 {
+        ask_within(&mut c, &[("hot", "x")]).await;
+    }
+    let (code, text) = s.get("/readyz");
+    assert_eq!(code, 200, "a degraded limiter stays in rotation");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["status"], "degraded");
+    assert_eq!(v["store"]["backend"], "redis");
+    assert_eq!(v["store"]["in_use"], "memory-fallback");
+    assert!(
+        v["store"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("unreachable"),
+        "{text}"
+    );
+    let (_, m) = s.get("/metrics");
+    assert_eq!(metric(&m, "sluice_store_circuit_open"), Some(1.0));
+    assert!(
+        metric(
+            &m,
+            "sluice_store_policy_decisions_total{policy=\"fallback\"}"
+        )
+        .unwrap()
+            >= 100.0
+    );
+    assert!(metric(&m, "sluice_store_errors_total{kind=\"error\"}").unwrap() >= 1.0);
+    let downs = s
+        .logs
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains("store down"))
+        .count();
+    assert_eq!(downs, 1, "one log line when the store goes down");
+
+    redis.restart();
+    assert!(
+        eventually(Duration::from_secs(10), || ready(&s)),
+        "sluice did not return to Redis"
+    );
+    assert!(eventually(Duration::from_secs(2), || s.logs_contain("store back")));
+    assert_eq!(
+        ask_within(&mut c, &[("ip", "after")]).await.overall_code,
+        OK
+    );
+    assert!(
+        redis.cli(&["dbsize"]).trim() != "0",
+        "counting in Redis again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_redis_is_a_timeout_not_a_stall() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let s = start(&["--redis-url", &url, "--redis-timeout", "20ms"]);
+    wait_ready(&s);
+    let mut c = s.client().await;
+    redis.signal("STOP");
+    for _ in 0..30 {
+        ask_within(&mut c, &[("ip", "hang")]).await;
+    }
+    assert!(s.get("/readyz").1.contains("\"status\":\"degraded\""));
+    let (_, m) = s.get("/metrics");
+    assert!(metric(&m, "sluice_store_errors_total{kind=\"timeout\"}").unwrap() >= 5.0);
+    redis.signal("CONT");
+    assert!(
+        eventually(Duration::from_secs(10), || ready(&s)),
+        "sluice did not return after SIGCONT"
+    );
+}
+
+#[tokio::test]
+async fn startup_with_redis_down_serves_by_policy() {
+    let dead = format!("redis://127.0.0.1:{}", free_port());
+    let allow = start(&["--redis-url", &dead, "--store-failure", "allow"]);
+    let mut c = allow.client().await;
+    for _ in 0..5 {
+        assert_eq!(
+            ask_within(&mut c, &[("ip", "x")]).await.overall_code,
+            OK,
+            "allow admits past the limit"
+        );
+    }
+    assert!(allow.get("/readyz").1.contains("\"in_use\":\"allow-all\""));
+    assert!(eventually(Duration::from_secs(5), || allow
+        .logs_contain("store unreachable at startup")));
+
+    let deny = start(&["--redis-url", &dead, "--store-failure", "deny"]);
+    let mut c = deny.client().await;
+    let r = ask_within(&mut c, &[("ip", "x")]).await;
+    assert_eq!(r.overall_code, OVER, "deny answers over limit");
+    assert!(retry_after(&r).is_some());
+
+    let fallback = start(&["--redis-url", &dead]);
+    let mut c = fallback.client().await;
+    let codes: Vec<i32> = {
+        let mut v = Vec::new();
+        for _ in 0..4 {
+            v.push(ask_within(&mut c, &[("ip", "x")]).await.overall_code);
+        }
+        v
+    };
+    assert_eq!(
+        codes,
+        [OK, OK, OK, OVER],
+        "fallback keeps limits per instance"
+    );
+}
+
+#[test]
+fn credentials_never_reach_the_logs() {
+    let s = start(&[
+        "--redis-url",
+        &format!("redis://app:s3cret-pw@127.0.0.1:{}", free_port()),
+    ]);
+    assert!(eventually(Duration::from_secs(5), || s
+        .logs_contain("store unreachable at startup")));
+    assert!(s.logs_contain("app:***@"));
+    assert!(
+        !s.logs
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains("s3cret-pw"))
+    );
+    assert!(!s.get("/readyz").1.contains("s3cret-pw"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_counts_requests_spanning_slots() {
+    let cluster = RedisCluster::start();
+    let seeds = cluster.seeds();
+    let s = start(&["--redis-cluster", &seeds, "--redis-timeout", "2s"]);
+    wait_ready(&s);
+    let mut c = s.client().await;
+    let all = || {
+        request(
+            "shop",
+            ["a", "b", "c", "d"]
+                .iter()
+                .map(|k| descriptor(&[(k, "v")]))
+                .collect(),
+        )
+    };
+    for _ in 0..2 {
+        let r = c.should_rate_limit(all()).await.unwrap().into_inner();
+        assert_eq!(r.overall_code, OK);
+    }
+    let r = c.should_rate_limit(all()).await.unwrap().into_inner();
+    assert_eq!(r.overall_code, OVER);
+    assert!(
+        r.statuses.iter().all(|s| s.code == OVER),
+        "every descriptor counted 3"
+    );
+    let spread = cluster
+        .nodes
+        .iter()
+        .filter(|n| n.cli(&["dbsize"]).trim() != "0")
+        .count();
+    assert!(spread >= 2, "keys spread over {spread} node(s)");
+    let total: u64 = cluster
+        .nodes
+        .iter()
+        .map(|n| n.cli(&["dbsize"]).trim().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(total, 4);
+
+    // Two instances on the cluster share exactly.
+    let two = start(&["--redis-cluster", &seeds, "--redis-timeout", "2s"]);
+    wait_ready(&two);
+    let (c1, c2) = (s.client().await, two.client().await);
+    let tasks: Vec<_> = (0..200)
+        .map(|i| {
+            let mut c = if i % 2 == 0 { c1.clone() } else { c2.clone() };
+            tokio::spawn(async move {
+                ask(&mut c, "shop", &[("hot", "cluster")])
+                    .await
+                    .overall_code
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += usize::from(t.await.unwrap() == OK);
+    }
+    assert_eq!(admitted, 100);
+}
