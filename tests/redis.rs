@@ -339,6 +339,35 @@ async fn startup_with_redis_down_serves_by_policy() {
     );
 }
 
+#[tokio::test]
+async fn tls_and_acl_credentials() {
+    let redis = RedisServer::start_tls();
+    // A self-signed test certificate: `#insecure` skips verification.
+    let url = format!("rediss://app:pw@127.0.0.1:{}/#insecure", redis.port);
+    let s = start(&["--redis-url", &url, "--redis-timeout", "2s"]);
+    wait_ready(&s);
+    let mut c = s.client().await;
+    for _ in 0..3 {
+        assert_eq!(ask(&mut c, "shop", &[("ip", "tls")]).await.overall_code, OK);
+    }
+    assert_eq!(
+        ask(&mut c, "shop", &[("ip", "tls")]).await.overall_code,
+        OVER
+    );
+    assert!(
+        !s.logs.lock().unwrap().iter().any(|l| l.contains("app:pw")),
+        "password masked"
+    );
+
+    let wrong = start(&[
+        "--redis-url",
+        &format!("rediss://app:nope@127.0.0.1:{}/#insecure", redis.port),
+    ]);
+    assert!(eventually(Duration::from_secs(5), || wrong
+        .logs_contain("store unreachable at startup")));
+    assert!(wrong.get("/readyz").1.contains("\"status\":\"degraded\""));
+}
+
 #[test]
 fn credentials_never_reach_the_logs() {
     let s = start(&[

@@ -25,21 +25,17 @@ pub fn free_port() -> u16 {
 }
 
 fn spawn(port: u16, dir: &Path, cluster: bool) -> Child {
+    spawn_with(dir, cluster, &["--port", &port.to_string()])
+}
+
+fn spawn_with(dir: &Path, cluster: bool, listen: &[&str]) -> Child {
     let mut cmd = Command::new("redis-server");
-    cmd.args([
-        "--port",
-        &port.to_string(),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-    ])
-    .arg("--dir")
-    .arg(dir)
-    .stdout(Stdio::null())
-    .stderr(Stdio::null());
+    cmd.args(listen)
+        .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .arg("--dir")
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
     if cluster {
         cmd.args([
             "--cluster-enabled",
@@ -79,6 +75,96 @@ impl RedisServer {
             eventually(Duration::from_secs(10), || command(port, "PING")
                 .is_some_and(|p| p.starts_with("+PONG"))),
             "redis-server on {port} did not start"
+        );
+        r
+    }
+
+    /// A server that speaks only TLS (a self-signed certificate made with
+    /// openssl) and knows the ACL user `app` with password `pw`.
+    pub fn start_tls() -> RedisServer {
+        let port = free_port();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ok = Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=127.0.0.1",
+            ])
+            .args([
+                "-addext",
+                "subjectAltName=IP:127.0.0.1",
+                "-keyout",
+                "key.pem",
+                "-out",
+                "cert.pem",
+            ])
+            .current_dir(dir.path())
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl")
+            .success();
+        assert!(ok, "openssl could not make a certificate");
+        let p = port.to_string();
+        let child = spawn_with(
+            dir.path(),
+            false,
+            &[
+                "--port",
+                "0",
+                "--tls-port",
+                &p,
+                "--tls-cert-file",
+                "cert.pem",
+                "--tls-key-file",
+                "key.pem",
+                "--tls-ca-cert-file",
+                "cert.pem",
+                "--tls-auth-clients",
+                "no",
+                "--user",
+                "app",
+                "on",
+                ">pw",
+                "~*",
+                "&*",
+                "+@all",
+                "--user",
+                "default",
+                "off",
+            ],
+        );
+        let r = RedisServer {
+            child: Some(child),
+            port,
+            dir,
+            cluster: false,
+        };
+        let ping = || {
+            Command::new("redis-cli")
+                .args([
+                    "--tls",
+                    "--insecure",
+                    "-p",
+                    &p,
+                    "--user",
+                    "app",
+                    "--pass",
+                    "pw",
+                    "--no-auth-warning",
+                    "ping",
+                ])
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("PONG"))
+        };
+        assert!(
+            eventually(Duration::from_secs(10), ping),
+            "TLS redis-server did not start"
         );
         r
     }
