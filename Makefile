@@ -27,5 +27,9 @@ deps:
 test: lint deps
 	$(CARGO) test --all-targets -- --test-threads=$(TEST_THREADS)
 
+# Throughput and latency, memory against Redis (starts its own redis-server).
+bench: deps
+	$(CARGO) bench --bench load
+
 clean:
 	$(CARGO) clean

@@ -119,7 +119,7 @@ impl RateLimiter {
     /// Decides a validated request.
     pub async fn decide(&self, req: Request) -> Result<RateLimitResponse, ServiceError> {
         let now = Now::wall();
-        let loaded = self.rules.current();
+        let loaded = self.rules.snapshot();
         let Some(domain) = loaded.rules.domain(&req.domain) else {
             self.metrics.domain_not_found();
             return Ok(RateLimitResponse {

@@ -73,17 +73,8 @@ async fn two_instances_share_one_exact_budget() {
     let (one, two) = (start(&args), start(&args));
     wait_ready(&one);
     wait_ready(&two);
-    let (c1, c2) = (one.client().await, two.client().await);
-    let tasks: Vec<_> = (0..200)
-        .map(|i| {
-            let mut c = if i % 2 == 0 { c1.clone() } else { c2.clone() };
-            tokio::spawn(async move { ask(&mut c, "shop", &[("hot", "k")]).await.overall_code })
-        })
-        .collect();
-    let mut admitted = 0;
-    for t in tasks {
-        admitted += usize::from(t.await.unwrap() == OK);
-    }
+    let clients = [one.client().await, two.client().await];
+    let admitted = admitted(&clients, 200, "shop", ("hot", "k")).await;
     assert_eq!(
         admitted, 100,
         "200 concurrent clients on two instances, limit 100"
@@ -429,20 +420,7 @@ async fn a_redis_cluster_counts_requests_spanning_slots() {
     // Two instances on the cluster share exactly.
     let two = start(&["--redis-cluster", &seeds, "--redis-timeout", "2s"]);
     wait_ready(&two);
-    let (c1, c2) = (s.client().await, two.client().await);
-    let tasks: Vec<_> = (0..200)
-        .map(|i| {
-            let mut c = if i % 2 == 0 { c1.clone() } else { c2.clone() };
-            tokio::spawn(async move {
-                ask(&mut c, "shop", &[("hot", "cluster")])
-                    .await
-                    .overall_code
-            })
-        })
-        .collect();
-    let mut admitted = 0;
-    for t in tasks {
-        admitted += usize::from(t.await.unwrap() == OK);
-    }
+    let clients = [s.client().await, two.client().await];
+    let admitted = admitted(&clients, 200, "shop", ("hot", "cluster")).await;
     assert_eq!(admitted, 100);
 }

@@ -82,9 +82,15 @@ impl LiveRules {
         })
     }
 
-    /// The rules in force.
+    /// The rules in force, for a short look (no `.await` while holding it).
     pub fn current(&self) -> arc_swap::Guard<Arc<Loaded>> {
         self.current.load()
+    }
+
+    /// The rules in force, to keep across `.await` points: one atomic
+    /// increment, no lock.
+    pub fn snapshot(&self) -> Arc<Loaded> {
+        self.current.load_full()
     }
 
     pub fn dir(&self) -> &Path {

@@ -271,3 +271,24 @@ pub fn metric(text: &str, series: &str) -> Option<f64> {
 pub fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
+
+/// Sends `n` concurrent requests for one descriptor, spread round-robin over
+/// `clients`, and returns how many were admitted.
+pub async fn admitted(
+    clients: &[RateLimitServiceClient<Channel>],
+    n: usize,
+    domain: &'static str,
+    entry: (&'static str, &'static str),
+) -> usize {
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let mut c = clients[i % clients.len()].clone();
+            tokio::spawn(async move { ask(&mut c, domain, &[entry]).await.overall_code })
+        })
+        .collect();
+    let mut ok = 0;
+    for t in tasks {
+        ok += usize::from(t.await.expect("task") == OK);
+    }
+    ok
+}
