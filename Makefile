@@ -25,7 +25,7 @@ deps:
 	@redis-server --version
 
 test: lint deps
-	$(CARGO) test --all-targets -- --test-threads=$(TEST_THREADS)
+	$(CARGO) test --lib --bins --tests -- --test-threads=$(TEST_THREADS)
 
 # Throughput and latency, memory against Redis (starts its own redis-server).
 bench: deps
