@@ -14,7 +14,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::google::protobuf::{Duration as PbDuration, Struct};
 use tonic::Status;
 
-use crate::config::{LimitDef, LiveRules, Rule};
+use crate::config::{Domain, LimitDef, LiveRules, Rule};
 use crate::limiter::{self, Counted, Now, Unit, Window};
 use crate::metrics::{Metrics, Outcome, RuleStats};
 use crate::request::{Request, RequestError};
@@ -60,17 +60,131 @@ pub struct RateLimiter {
     settings: Settings,
 }
 
+/// A descriptor that will be counted: a configured rule, or Envoy's override.
+struct Counting<'a> {
+    requests_per_unit: u32,
+    unit: Unit,
+    /// `None` for a per-request override, which has no rule behind it.
+    rule: Option<&'a Rule>,
+    stats: &'a Arc<RuleStats>,
+    /// The stats path when it carries runtime values (`detailed_metric`).
+    metric_path: Option<String>,
+    key: CounterKey,
+}
+
 /// How one descriptor resolved against the rules.
 enum Resolved<'a> {
     NoLimit,
     Unlimited,
-    Counted {
-        requests_per_unit: u32,
-        unit: Unit,
-        rule: Option<&'a Rule>,
-        stats: Arc<RuleStats>,
-        key: CounterKey,
-    },
+    Counted(Counting<'a>),
+}
+
+impl Counting<'_> {
+    fn increment(&self, hits: u64, now: Now) -> Increment {
+        Increment {
+            key: self.key.clone(),
+            hits,
+            limit: self.requests_per_unit,
+            window: Window::containing(self.unit, now),
+        }
+    }
+
+    fn decide(&self, hits: u64, after: u64, now: Now) -> limiter::Status {
+        limiter::status(
+            &Counted {
+                requests_per_unit: self.requests_per_unit,
+                window: Window::containing(self.unit, now),
+                hits,
+                after,
+                shadow: self.rule.is_some_and(|r| r.shadow_mode),
+                quota: self.rule.is_some_and(|r| r.quota_mode),
+            },
+            now,
+        )
+    }
+
+    fn status(&self, s: &limiter::Status) -> DescriptorStatus {
+        DescriptorStatus {
+            code: if s.over { Code::OverLimit } else { Code::Ok } as i32,
+            current_limit: Some(RateLimit {
+                name: self
+                    .rule
+                    .and_then(|r| r.name.as_deref())
+                    .unwrap_or_default()
+                    .to_owned(),
+                requests_per_unit: self.requests_per_unit,
+                unit: self.unit.proto(),
+            }),
+            limit_remaining: s.remaining,
+            duration_until_reset: Some(PbDuration {
+                seconds: i64::try_from(s.reset_seconds).unwrap_or(i64::MAX),
+                nanos: 0,
+            }),
+            quota: None,
+        }
+    }
+}
+
+/// Matches every descriptor, then drops the limits that another matched
+/// limit `replaces`: those answer OK with no limit and are not counted.
+fn resolve<'a>(domain: &'a Domain, req: &Request) -> Vec<Resolved<'a>> {
+    let mut replaced: Vec<&str> = Vec::new();
+    let mut resolved: Vec<Resolved<'a>> = req
+        .descriptors
+        .iter()
+        .map(|d| {
+            let entries: Vec<(&str, &str)> = d
+                .entries
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            if let Some(o) = d.limit {
+                return Resolved::Counted(Counting {
+                    requests_per_unit: o.requests_per_unit,
+                    unit: o.unit,
+                    rule: None,
+                    stats: &domain.override_stats,
+                    metric_path: None,
+                    key: CounterKey::new(&req.domain, o.unit, entries),
+                });
+            }
+            let Some(m) = domain.find(&entries) else {
+                return Resolved::NoLimit;
+            };
+            let rule: &'a Rule = m.rule;
+            replaced.extend(rule.replaces.iter().map(|r| &**r));
+            let LimitDef::Limited {
+                unit,
+                requests_per_unit,
+            } = rule.limit
+            else {
+                return Resolved::Unlimited;
+            };
+            // share_threshold: the configured pattern stands for the value.
+            let values = entries.iter().enumerate().map(|(i, (k, v))| {
+                let shared = m.shared.iter().find(|(j, _)| *j == i).map(|(_, p)| *p);
+                (*k, shared.unwrap_or(v))
+            });
+            Resolved::Counted(Counting {
+                requests_per_unit,
+                unit,
+                rule: Some(rule),
+                stats: &rule.stats,
+                key: CounterKey::new(&req.domain, unit, values),
+                metric_path: m.metric_path,
+            })
+        })
+        .collect();
+    for r in resolved.iter_mut() {
+        if let Resolved::Counted(Counting {
+            rule: Some(rule), ..
+        }) = r
+            && rule.name.as_deref().is_some_and(|n| replaced.contains(&n))
+        {
+            *r = Resolved::NoLimit;
+        }
+    }
+    resolved
 }
 
 impl RateLimiter {
@@ -128,71 +242,12 @@ impl RateLimiter {
                 ..Default::default()
             });
         };
-        let mut resolved: Vec<Resolved<'_>> = Vec::with_capacity(req.descriptors.len());
-        let mut metric_paths: Vec<Option<String>> = Vec::with_capacity(req.descriptors.len());
-        let mut replaced: Vec<&str> = Vec::new();
-        for d in &req.descriptors {
-            let entries: Vec<(&str, &str)> = d
-                .entries
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect();
-            if let Some(o) = d.limit {
-                resolved.push(Resolved::Counted {
-                    requests_per_unit: o.requests_per_unit,
-                    unit: o.unit,
-                    rule: None,
-                    stats: domain.override_stats.clone(),
-                    key: CounterKey::new(&req.domain, o.unit, entries.iter().copied()),
-                });
-                metric_paths.push(None);
-                continue;
-            }
-            let Some(m) = domain.find(&entries) else {
-                resolved.push(Resolved::NoLimit);
-                metric_paths.push(None);
-                continue;
-            };
-            let rule: &Rule = m.rule;
-            replaced.extend(rule.replaces.iter().map(|r| &**r));
-            resolved.push(match rule.limit {
-                LimitDef::Unlimited => Resolved::Unlimited,
-                LimitDef::Limited {
-                    unit,
-                    requests_per_unit,
-                } => {
-                    let values = entries.iter().enumerate().map(|(i, (k, v))| {
-                        let shared = m.shared.iter().find(|(j, _)| *j == i).map(|(_, p)| *p);
-                        (*k, shared.unwrap_or(v))
-                    });
-                    Resolved::Counted {
-                        requests_per_unit,
-                        unit,
-                        rule: Some(rule),
-                        stats: rule.stats.clone(),
-                        key: CounterKey::new(&req.domain, unit, values),
-                    }
-                }
-            });
-            metric_paths.push(m.metric_path);
-        }
-        apply_replaces(&mut resolved, &replaced);
-
+        let resolved = resolve(domain, &req);
         let increments: Vec<Increment> = resolved
             .iter()
             .zip(&req.descriptors)
             .filter_map(|(r, d)| match r {
-                Resolved::Counted {
-                    unit,
-                    key,
-                    requests_per_unit,
-                    ..
-                } => Some(Increment {
-                    key: key.clone(),
-                    hits: d.hits,
-                    limit: *requests_per_unit,
-                    window: Window::containing(*unit, now),
-                }),
+                Resolved::Counted(c) => Some(c.increment(d.hits, now)),
                 _ => None,
             })
             .collect();
@@ -206,65 +261,38 @@ impl RateLimiter {
         let mut statuses = Vec::with_capacity(resolved.len());
         let mut decided = Vec::with_capacity(increments.len());
         let mut passed_metadata: Vec<&Struct> = Vec::new();
-        for ((r, d), metric_path) in resolved.iter().zip(&req.descriptors).zip(metric_paths) {
-            let Resolved::Counted {
-                requests_per_unit,
-                unit,
-                rule,
-                stats,
-                ..
-            } = r
-            else {
-                statuses.push(match r {
-                    Resolved::Unlimited => DescriptorStatus {
-                        code: Code::Ok as i32,
+        for (r, d) in resolved.iter().zip(&req.descriptors) {
+            let c = match r {
+                Resolved::NoLimit => {
+                    statuses.push(ok_status());
+                    continue;
+                }
+                Resolved::Unlimited => {
+                    statuses.push(DescriptorStatus {
                         limit_remaining: u32::MAX,
-                        ..Default::default()
-                    },
-                    _ => ok_status(),
-                });
-                continue;
+                        ..ok_status()
+                    });
+                    continue;
+                }
+                Resolved::Counted(c) => c,
             };
             let after = counts.next().unwrap_or(0);
-            let s = limiter::status(
-                &Counted {
-                    requests_per_unit: *requests_per_unit,
-                    window: Window::containing(*unit, now),
-                    hits: d.hits,
-                    after,
-                    shadow: rule.is_some_and(|r| r.shadow_mode),
-                    quota: rule.is_some_and(|r| r.quota_mode),
-                },
-                now,
-            );
-            match (&metric_path, rule) {
+            let s = c.decide(d.hits, after, now);
+            match (&c.metric_path, c.rule) {
                 (Some(path), Some(rule)) => self
                     .metrics
-                    .detailed(&rule.domain, path, stats)
+                    .detailed(&rule.domain, path, c.stats)
                     .add(&s.stats),
-                _ => stats.add(&s.stats),
+                _ => c.stats.add(&s.stats),
             }
-            let over_before_shadow = after > u64::from(*requests_per_unit);
-            if !over_before_shadow && let Some(md) = rule.and_then(|r| r.metadata.as_ref()) {
+            // As the reference: the metadata of every counted descriptor whose
+            // status is not OVER_LIMIT (a shadowed one passes).
+            if !s.over
+                && let Some(md) = c.rule.and_then(|r| r.metadata.as_ref())
+            {
                 passed_metadata.push(md);
             }
-            statuses.push(DescriptorStatus {
-                code: if s.over { Code::OverLimit } else { Code::Ok } as i32,
-                current_limit: Some(RateLimit {
-                    name: rule
-                        .and_then(|r| r.name.as_deref())
-                        .unwrap_or_default()
-                        .to_owned(),
-                    requests_per_unit: *requests_per_unit,
-                    unit: unit.proto(),
-                }),
-                limit_remaining: s.remaining,
-                duration_until_reset: Some(PbDuration {
-                    seconds: i64::try_from(s.reset_seconds).unwrap_or(i64::MAX),
-                    nanos: 0,
-                }),
-                quota: None,
-            });
+            statuses.push(c.status(&s));
             decided.push(s);
         }
         let summary = limiter::summarize(&decided, self.settings.global_shadow);
@@ -295,23 +323,6 @@ fn ok_status() -> DescriptorStatus {
     DescriptorStatus {
         code: Code::Ok as i32,
         ..Default::default()
-    }
-}
-
-/// A matched rule whose `name` another matched rule `replaces` is dropped: its
-/// descriptor answers OK with no limit and its counter is not touched.
-fn apply_replaces(resolved: &mut [Resolved<'_>], replaced: &[&str]) {
-    if replaced.is_empty() {
-        return;
-    }
-    for r in resolved.iter_mut() {
-        if let Resolved::Counted {
-            rule: Some(rule), ..
-        } = r
-            && rule.name.as_deref().is_some_and(|n| replaced.contains(&n))
-        {
-            *r = Resolved::NoLimit;
-        }
     }
 }
 
