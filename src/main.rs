@@ -81,10 +81,21 @@ struct ServeArgs {
 #[derive(Args, Clone)]
 struct StoreArgs {
     /// Count in Redis: redis://[user:pass@]host:port[/db], or rediss:// for TLS.
-    #[arg(long, env = "SLUICE_REDIS_URL", conflicts_with = "redis_cluster")]
+    // hide_env_values: the URL may carry a password; --help must not print it.
+    #[arg(
+        long,
+        env = "SLUICE_REDIS_URL",
+        hide_env_values = true,
+        conflicts_with = "redis_cluster"
+    )]
     redis_url: Option<String>,
     /// Count in a Redis Cluster: comma-separated seed nodes (host:port or URLs).
-    #[arg(long, env = "SLUICE_REDIS_CLUSTER", value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "SLUICE_REDIS_CLUSTER",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
     redis_cluster: Vec<String>,
     /// Connections in the Redis pool (each one multiplexed).
     #[arg(long, env = "SLUICE_REDIS_POOL_SIZE", default_value_t = 4)]
@@ -97,27 +108,14 @@ struct StoreArgs {
     cache_key_prefix: String,
     /// Redis key layout: sluice (collision-free, values hashed) or envoyproxy
     /// (the reference's keys, to share counters during a migration).
-    #[arg(long, env = "SLUICE_KEY_FORMAT", value_enum, default_value_t = KeyFormatArg::Sluice)]
-    key_format: KeyFormatArg,
+    #[arg(long, env = "SLUICE_KEY_FORMAT", value_enum, default_value_t = KeyFormat::Sluice)]
+    key_format: KeyFormat,
     /// What decides when Redis fails or times out.
-    #[arg(long, env = "SLUICE_STORE_FAILURE", value_enum, default_value_t = PolicyArg::Fallback)]
-    store_failure: PolicyArg,
+    #[arg(long, env = "SLUICE_STORE_FAILURE", value_enum, default_value_t = FailurePolicy::Fallback)]
+    store_failure: FailurePolicy,
     /// Counters remembered as over their limit (answered without Redis); 0 disables.
     #[arg(long, env = "SLUICE_LOCAL_CACHE_SIZE", default_value_t = 100_000)]
     local_cache_size: usize,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum KeyFormatArg {
-    Sluice,
-    Envoyproxy,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum PolicyArg {
-    Fallback,
-    Allow,
-    Deny,
 }
 
 impl StoreArgs {
@@ -131,20 +129,12 @@ impl StoreArgs {
             target,
             pool_size: self.redis_pool_size,
             prefix: self.cache_key_prefix.clone(),
-            key_format: match self.key_format {
-                KeyFormatArg::Sluice => KeyFormat::Sluice,
-                KeyFormatArg::Envoyproxy => KeyFormat::Envoyproxy,
-            },
+            key_format: self.key_format,
             connect_timeout: Duration::from_secs(1),
         })?;
-        let policy = match self.store_failure {
-            PolicyArg::Fallback => FailurePolicy::Fallback,
-            PolicyArg::Allow => FailurePolicy::Allow,
-            PolicyArg::Deny => FailurePolicy::Deny,
-        };
         Ok(Arc::new(Resilient::new(
             redis,
-            policy,
+            self.store_failure,
             self.redis_timeout,
             self.local_cache_size,
             metrics.clone(),

@@ -98,6 +98,8 @@ async fn keys_carry_prefix_format_and_a_bounded_expiry() {
         "pfx:",
         "--key-format",
         "envoyproxy",
+        "--redis-timeout",
+        "2s",
     ]);
     wait_ready(&s);
     let mut c = s.client().await;
@@ -121,7 +123,14 @@ async fn keys_carry_prefix_format_and_a_bounded_expiry() {
         "ttl {ttl} outlives the window"
     );
 
-    let sluice_format = start(&["--redis-url", &url, "--cache-key-prefix", "sl:"]);
+    let sluice_format = start(&[
+        "--redis-url",
+        &url,
+        "--cache-key-prefix",
+        "sl:",
+        "--redis-timeout",
+        "2s",
+    ]);
     wait_ready(&sluice_format);
     let mut c = sluice_format.client().await;
     ask(&mut c, "shop", &[("email", "someone@example.com")]).await;

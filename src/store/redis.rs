@@ -36,8 +36,8 @@ end
 return out
 ";
 
-/// How counter keys are written in Redis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// How counter keys are written in Redis (`--key-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum KeyFormat {
     /// `<prefix><domain>:<UNIT>:<window start>:<sha256 of domain, unit and
     /// entries>`: collision-free, and no descriptor value appears in clear.

@@ -23,7 +23,7 @@ const PROBE_FIRST: Duration = Duration::from_millis(50);
 const PROBE_MAX: Duration = Duration::from_secs(2);
 
 /// What decides a request the shared store could not count (`--store-failure`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum FailurePolicy {
     /// Count in this process's memory: limits stay enforced per instance.
     #[default]
