@@ -153,24 +153,34 @@ async fn sweep(limiter: RateLimiter, token: CancellationToken) {
     }
 }
 
-/// Resolves on SIGTERM or SIGINT.
-pub async fn signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+/// Resolves on SIGTERM or SIGINT. The handlers are registered when this is
+/// called, not when the future is first polled, so a signal that arrives
+/// right after startup is a clean shutdown rather than the default kill.
+#[cfg(unix)]
+pub fn signal() -> impl Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{SignalKind, signal};
+    let term = signal(SignalKind::terminate()).ok();
+    let int = signal(SignalKind::interrupt()).ok();
+    async move {
+        async fn recv(s: Option<tokio::signal::unix::Signal>) {
+            match s {
+                Some(mut s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
             }
-            Err(_) => std::future::pending::<()>().await,
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => info!("SIGINT received"),
-        () = term => info!("SIGTERM received"),
+        tokio::select! {
+            () = recv(term) => info!("SIGTERM received"),
+            () = recv(int) => info!("SIGINT received"),
+        }
+    }
+}
+
+/// Resolves on Ctrl-C.
+#[cfg(not(unix))]
+pub fn signal() -> impl Future<Output = ()> + Send + 'static {
+    async {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
