@@ -15,13 +15,14 @@ lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets -- -D warnings
 
-# What the tests start for real: redis-server and redis-cli (Debian's package).
+# What the tests start for real: redis-server and redis-cli (Debian's
+# package), and openssl for the TLS test's certificate.
 deps:
-	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || { \
-	  echo "installing redis-server (apt)"; \
+	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null && command -v openssl >/dev/null || { \
+	  echo "installing redis-server and openssl (apt)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get install -y -q redis-server >/dev/null 2>&1 || \
-	  { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q redis-server >/dev/null; }; }
+	  $$SUDO apt-get install -y -q redis-server openssl >/dev/null 2>&1 || \
+	  { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q redis-server openssl >/dev/null; }; }
 	@redis-server --version
 
 test: lint deps

@@ -121,12 +121,7 @@ impl Sluice {
     }
 
     pub fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([&format!("-{sig}"), &self.pid().to_string()])
-            .status()
-            .expect("kill")
-            .success();
-        assert!(ok, "kill -{sig} failed");
+        assert!(send_signal(self.pid(), sig), "kill -{sig} failed");
     }
 
     /// Waits for the process to exit after a signal.
@@ -163,6 +158,14 @@ impl Drop for Sluice {
             let _ = c.wait();
         }
     }
+}
+
+/// Sends a signal with the shell's `kill` builtin (no procps needed).
+pub fn send_signal(pid: u32, sig: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("kill -{sig} {pid}")])
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// A minimal HTTP/1.1 exchange: status and body.

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use super::eventually;
+use super::{eventually, send_signal};
 
 /// One redis-server; killed when dropped.
 pub struct RedisServer {
@@ -214,13 +214,7 @@ impl RedisServer {
 
     pub fn signal(&self, sig: &str) {
         let pid = self.child.as_ref().expect("running").id();
-        assert!(
-            Command::new("kill")
-                .args([&format!("-{sig}"), &pid.to_string()])
-                .status()
-                .expect("kill")
-                .success()
-        );
+        assert!(send_signal(pid, sig), "kill -{sig} redis-server failed");
     }
 }
 
@@ -228,9 +222,7 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         if let Some(c) = &self.child {
             // A stopped process must be continued to die cleanly.
-            let _ = Command::new("kill")
-                .args(["-CONT", &c.id().to_string()])
-                .status();
+            send_signal(c.id(), "CONT");
         }
         self.kill();
     }
