@@ -68,7 +68,7 @@ pub async fn run(
         .await;
 
     let draining = Arc::new(AtomicBool::new(false));
-    {
+    let stopper = {
         let (token, draining) = (token.clone(), draining.clone());
         tokio::spawn(async move {
             tokio::select! {
@@ -84,8 +84,8 @@ pub async fn run(
                 .set_service_status(SERVICE_NAME, ServingStatus::NotServing)
                 .await;
             token.cancel();
-        });
-    }
+        })
+    };
 
     let sweeper = tokio::spawn(sweep(limiter.clone(), token.clone()));
     let store_task = limiter
@@ -139,6 +139,7 @@ pub async fn run(
         let _ = t.await;
     }
     let _ = watcher.await;
+    let _ = stopper.await;
     result
 }
 
