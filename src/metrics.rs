@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -91,7 +91,8 @@ type RuleKey = (String, String);
 #[derive(Debug, Default)]
 pub struct Metrics {
     rules: Mutex<BTreeMap<RuleKey, Arc<RuleStats>>>,
-    detailed: Mutex<usize>,
+    /// Distinct `detailed_metric` label sets so far (changed under `rules`).
+    detailed: AtomicUsize,
     requests_ok: AtomicU64,
     requests_over: AtomicU64,
     requests_invalid: AtomicU64,
@@ -136,19 +137,16 @@ impl Metrics {
     /// The counters of a `detailed_metric` label set, or `fallback` once the
     /// cap on distinct label sets is reached.
     pub fn detailed(&self, domain: &str, path: &str, fallback: &Arc<RuleStats>) -> Arc<RuleStats> {
+        let key = (domain.to_owned(), path.to_owned());
         let mut rules = self.rules.lock();
-        if let Some(s) = rules.get(&(domain.to_owned(), path.to_owned())) {
+        if let Some(s) = rules.get(&key) {
             return s.clone();
         }
-        let mut detailed = self.detailed.lock();
-        if *detailed >= DETAILED_CAP {
+        if self.detailed.load(Relaxed) >= DETAILED_CAP {
             return fallback.clone();
         }
-        *detailed += 1;
-        rules
-            .entry((domain.to_owned(), path.to_owned()))
-            .or_default()
-            .clone()
+        self.detailed.fetch_add(1, Relaxed);
+        rules.entry(key).or_default().clone()
     }
 
     pub fn request(&self, outcome: Outcome, took: Duration) {

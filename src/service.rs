@@ -133,11 +133,7 @@ fn resolve<'a>(domain: &'a Domain, req: &Request) -> Vec<Resolved<'a>> {
         .descriptors
         .iter()
         .map(|d| {
-            let entries: Vec<(&str, &str)> = d
-                .entries
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect();
+            let entries = || d.entries.iter().map(|(k, v)| (k.as_str(), v.as_str()));
             if let Some(o) = d.limit {
                 return Resolved::Counted(Counting {
                     requests_per_unit: o.requests_per_unit,
@@ -145,10 +141,10 @@ fn resolve<'a>(domain: &'a Domain, req: &Request) -> Vec<Resolved<'a>> {
                     rule: None,
                     stats: &domain.override_stats,
                     metric_path: None,
-                    key: CounterKey::new(&req.domain, o.unit, entries),
+                    key: CounterKey::new(&req.domain, o.unit, entries()),
                 });
             }
-            let Some(m) = domain.find(&entries) else {
+            let Some(m) = domain.find(&d.entries) else {
                 return Resolved::NoLimit;
             };
             let rule: &'a Rule = m.rule;
@@ -161,9 +157,9 @@ fn resolve<'a>(domain: &'a Domain, req: &Request) -> Vec<Resolved<'a>> {
                 return Resolved::Unlimited;
             };
             // share_threshold: the configured pattern stands for the value.
-            let values = entries.iter().enumerate().map(|(i, (k, v))| {
+            let values = entries().enumerate().map(|(i, (k, v))| {
                 let shared = m.shared.iter().find(|(j, _)| *j == i).map(|(_, p)| *p);
-                (*k, shared.unwrap_or(v))
+                (k, shared.unwrap_or(v))
             });
             Resolved::Counted(Counting {
                 requests_per_unit,

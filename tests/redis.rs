@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use common::redis::{RedisCluster, RedisServer, free_port};
 use common::*;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use tonic::transport::Channel;
@@ -191,11 +190,7 @@ async fn over_limit_keys_stop_costing_redis() {
     );
 
     // A per-request override that allows more is not blocked by the cache.
-    let mut d = descriptor(&[("ip", "flood")]);
-    d.limit = Some(RateLimitOverride {
-        requests_per_unit: 100,
-        unit: 3,
-    });
+    let d = descriptor_with_limit(&[("ip", "flood")], 100, 3);
     let r = c
         .should_rate_limit(request("shop", vec![d]))
         .await

@@ -4,7 +4,6 @@
 mod common;
 
 use common::*;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use tonic::Code as GrpcCode;
 
@@ -209,11 +208,7 @@ async fn invalid_requests_get_invalid_argument() {
         .unwrap_err();
     assert_eq!(e.code(), GrpcCode::InvalidArgument);
     assert_eq!(e.message(), "rate limit descriptor list must not be empty");
-    let mut d = descriptor(&[("ip", "1")]);
-    d.limit = Some(RateLimitOverride {
-        requests_per_unit: 1,
-        unit: 0,
-    });
+    let d = descriptor_with_limit(&[("ip", "1")], 1, 0);
     let e = c
         .should_rate_limit(request("shop", vec![d]))
         .await
@@ -256,11 +251,7 @@ async fn hits_addend_and_overrides() {
     );
 
     // Envoy's limit override replaces the rule, even for an unconfigured key.
-    let mut d = descriptor(&[("anything", "x")]);
-    d.limit = Some(RateLimitOverride {
-        requests_per_unit: 1,
-        unit: 4,
-    });
+    let d = descriptor_with_limit(&[("anything", "x")], 1, 4);
     let r = c
         .should_rate_limit(request("shop", vec![d.clone()]))
         .await

@@ -109,6 +109,8 @@ pub struct Domain {
     /// Counters for Envoy's per-request limit overrides, which match no rule;
     /// labelled `_override` rather than by their runtime values.
     pub override_stats: Arc<RuleStats>,
+    /// Some node uses `share_threshold`, `value_to_metric` or `detailed_metric`.
+    needs_path: bool,
 }
 
 /// What a request descriptor matched.
@@ -125,13 +127,17 @@ pub struct Match<'a> {
 
 impl Domain {
     /// Finds the limit for one descriptor's entries, or `None` for no limit.
-    pub fn find<'a>(&'a self, entries: &[(&str, &str)]) -> Option<Match<'a>> {
+    pub fn find<'a, S: AsRef<str>>(&'a self, entries: &[(S, S)]) -> Option<Match<'a>> {
         let mut level = &self.root;
+        // Only domains that share counters or put runtime values in metrics
+        // need the path walked; the others match without allocating.
         let mut walked: Vec<&Node> = Vec::new();
         let last = entries.len().checked_sub(1)?;
         for (i, (k, v)) in entries.iter().enumerate() {
-            let node = level.find(k, v)?;
-            walked.push(node);
+            let node = level.find(k.as_ref(), v.as_ref())?;
+            if self.needs_path {
+                walked.push(node);
+            }
             if i == last {
                 let rule = node.rule.as_ref()?;
                 return Some(Match {
@@ -159,7 +165,7 @@ fn shared<'a>(walked: &[&'a Node]) -> Vec<(usize, &'a str)> {
         .collect()
 }
 
-fn metric_path(rule: &Rule, walked: &[&Node], entries: &[(&str, &str)]) -> Option<String> {
+fn metric_path<S: AsRef<str>>(rule: &Rule, walked: &[&Node], entries: &[(S, S)]) -> Option<String> {
     let dynamic =
         |n: &Node| rule.detailed_metric || (n.value_to_metric && n.shared_value.is_none());
     if !walked.iter().any(|n| dynamic(n)) {
@@ -168,9 +174,9 @@ fn metric_path(rule: &Rule, walked: &[&Node], entries: &[(&str, &str)]) -> Optio
     let parts: Vec<String> = walked
         .iter()
         .zip(entries)
-        .map(|(n, (k, v))| match (dynamic(n), v.is_empty()) {
-            (true, false) => format!("{k}_{v}"),
-            (true, true) => (*k).to_owned(),
+        .map(|(n, (k, v))| match (dynamic(n), v.as_ref().is_empty()) {
+            (true, false) => format!("{}_{}", k.as_ref(), v.as_ref()),
+            (true, true) => k.as_ref().to_owned(),
             (false, _) => n.element.to_string(),
         })
         .collect();
@@ -204,9 +210,10 @@ pub fn compile(
             metrics,
             errors: &mut errors,
             rules: Vec::new(),
+            needs_path: false,
         };
         let root = c.level(&descriptors, &name);
-        let rules = c.rules;
+        let (rules, needs_path) = (c.rules, c.needs_path);
         let override_stats = metrics.rule(&name, "_override");
         domains.insert(
             name,
@@ -214,6 +221,7 @@ pub fn compile(
                 root,
                 rules,
                 override_stats,
+                needs_path,
             },
         );
     }
@@ -229,6 +237,7 @@ struct Compiler<'a> {
     metrics: &'a Metrics,
     errors: &'a mut Vec<ConfigError>,
     rules: Vec<Arc<Rule>>,
+    needs_path: bool,
 }
 
 impl Compiler<'_> {
@@ -269,6 +278,7 @@ impl Compiler<'_> {
 
     fn node(&mut self, d: &DescriptorDef, composite: &str, full: &str) -> Node {
         let path = &full[self.domain.len() + 1..];
+        self.needs_path |= d.share_threshold || d.value_to_metric || d.detailed_metric;
         let rule = d.rate_limit.as_ref().map(|rl| {
             let rule = Arc::new(Rule {
                 domain: self.domain.clone(),

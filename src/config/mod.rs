@@ -18,7 +18,7 @@ use std::sync::Arc;
 pub use error::{ConfigError, LoadError};
 pub use live::{ConfigStatus, LiveRules, Loaded, Reload};
 pub use matcher::{Domain, Match, Rule};
-pub use model::{LimitDef, VALID_KEYS, parse_file};
+pub use model::{LimitDef, parse_file};
 
 use crate::metrics::Metrics;
 
@@ -36,7 +36,6 @@ pub struct LoadOptions {
 #[derive(Debug, Default)]
 pub struct Rules {
     domains: HashMap<Arc<str>, Domain>,
-    files: Vec<PathBuf>,
     /// A hash of every file's path and content: equal fingerprints mean a
     /// reload would change nothing.
     fingerprint: u64,
@@ -60,11 +59,6 @@ impl Rules {
 
     pub fn fingerprint(&self) -> u64 {
         self.fingerprint
-    }
-
-    /// The files the rules came from.
-    pub fn files(&self) -> &[PathBuf] {
-        &self.files
     }
 
     /// One line per rule, sorted, in the reference's `/rlconfig` format.
@@ -133,7 +127,6 @@ pub fn load_dir(dir: &Path, opts: LoadOptions, metrics: &Metrics) -> Result<Rule
         matcher::compile(parsed, opts.merge_domains, metrics).map_err(LoadError::Invalid)?;
     Ok(Rules {
         domains,
-        files,
         fingerprint: hasher.finish(),
     })
 }

@@ -74,7 +74,10 @@ impl Watch {
                     if self.watcher.is_none() {
                         self.watcher = start_watcher(&dir, self.tx.clone());
                     }
-                    if stat_fingerprint(&dir) == self.rules.stat_seen() {
+                    // Walking the directory is file I/O: keep it off the runtime.
+                    let (d, rules) = (dir.clone(), self.rules.clone());
+                    let changed = tokio::task::spawn_blocking(move || stat_fingerprint(&d) != rules.stat_seen());
+                    if !changed.await.unwrap_or(false) {
                         continue;
                     }
                     "poll"

@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
-    RateLimitDescriptor, rate_limit_descriptor::Entry,
+    RateLimitDescriptor,
+    rate_limit_descriptor::{Entry, RateLimitOverride},
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
@@ -220,6 +221,21 @@ pub fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
             })
             .collect(),
         ..Default::default()
+    }
+}
+
+/// A descriptor carrying Envoy's per-request `limit` override.
+pub fn descriptor_with_limit(
+    entries: &[(&str, &str)],
+    requests_per_unit: u32,
+    unit: i32,
+) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        limit: Some(RateLimitOverride {
+            requests_per_unit,
+            unit,
+        }),
+        ..descriptor(entries)
     }
 }
 
