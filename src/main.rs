@@ -10,6 +10,7 @@ use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use sluice::config::{LiveRules, LoadOptions, load_dir};
 use sluice::metrics::Metrics;
+use sluice::privacy::Privacy;
 use sluice::server::{self, Listeners, ServeOptions};
 use sluice::service::{RateLimiter, Settings};
 use sluice::store::redis::{KeyFormat, RedisConfig, RedisStore, Target};
@@ -68,6 +69,18 @@ struct ServeArgs {
     /// Longest wait for in-flight requests after SIGTERM/SIGINT, e.g. 10s or 500ms.
     #[arg(long, env = "SLUICE_SHUTDOWN_GRACE", default_value = "10s", value_parser = parse_duration)]
     shutdown_grace: Duration,
+    /// Descriptor keys whose values are email addresses: normalised (trimmed,
+    /// lowercased, +tag removed) and hashed before use (comma list).
+    #[arg(
+        long,
+        env = "SLUICE_EMAIL_KEYS",
+        value_delimiter = ',',
+        default_value = "email"
+    )]
+    email_keys: Vec<String>,
+    /// Hash email values with HMAC-SHA-256 under this secret instead of SHA-256.
+    #[arg(long, env = "SLUICE_KEY_HASH_SECRET", hide_env_values = true)]
+    key_hash_secret: Option<String>,
     #[command(flatten)]
     store: StoreArgs,
     #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -250,6 +263,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let settings = Settings {
             global_shadow: args.shadow_mode,
             dynamic_metadata: args.response_dynamic_metadata,
+            privacy: Privacy::new(
+                args.email_keys.clone(),
+                args.key_hash_secret.clone().map(String::into_bytes),
+            ),
         };
         let store = args.store.build(&metrics)?;
         let limiter = RateLimiter::new(rules.clone(), store, metrics, settings);

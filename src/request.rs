@@ -4,6 +4,7 @@
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
 use crate::limiter::{Unit, hits};
+use crate::privacy::Privacy;
 
 /// A validated request. Domain code never sees prost types.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +46,20 @@ pub enum RequestError {
     OverrideUnit { descriptor: usize, unit: i32 },
     #[error("descriptor {descriptor}: entry {entry} has an empty key")]
     EmptyKey { descriptor: usize, entry: usize },
+}
+
+impl Request {
+    /// Replaces every email value with its normalised hash, before anything
+    /// else (matching, keys, metrics, logs) sees it.
+    pub fn protect(&mut self, privacy: &Privacy) {
+        for d in &mut self.descriptors {
+            for (k, v) in &mut d.entries {
+                if privacy.is_email_key(k) {
+                    *v = privacy.protect(v);
+                }
+            }
+        }
+    }
 }
 
 impl TryFrom<RateLimitRequest> for Request {

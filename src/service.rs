@@ -17,18 +17,21 @@ use tonic::Status;
 use crate::config::{Domain, LimitDef, LiveRules, Rule};
 use crate::limiter::{self, Counted, Now, Unit, Window};
 use crate::metrics::{Metrics, Outcome, RuleStats};
+use crate::privacy::Privacy;
 use crate::request::{Request, RequestError};
 use crate::store::{CounterKey, Increment, Store, StoreError};
 
 mod metadata;
 
 /// Service-wide switches.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Settings {
     /// Answer OK whatever the limits say (statuses still tell the truth).
     pub global_shadow: bool,
     /// Fill `dynamic_metadata` as the reference's `RESPONSE_DYNAMIC_METADATA`.
     pub dynamic_metadata: bool,
+    /// Which entries are email addresses, hashed at the edge.
+    pub privacy: Privacy,
 }
 
 /// Why a request got no decision.
@@ -214,7 +217,10 @@ impl RateLimiter {
     pub async fn handle(&self, req: RateLimitRequest) -> Result<RateLimitResponse, ServiceError> {
         let started = Instant::now();
         let result = match Request::try_from(req) {
-            Ok(req) => self.decide(req).await,
+            Ok(mut req) => {
+                req.protect(&self.settings.privacy);
+                self.decide(req).await
+            }
             Err(e) => Err(e.into()),
         };
         let outcome = match &result {

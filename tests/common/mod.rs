@@ -19,6 +19,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use tonic::transport::Channel;
 
 pub mod redis;
+pub mod stack;
 
 pub const OK: i32 = 1;
 pub const OVER: i32 = 2;
