@@ -3,7 +3,7 @@ CARGO ?= cargo
 # Tests start real servers; keep parallelism sane on small machines.
 TEST_THREADS ?= 4
 
-.PHONY: run build test lint deps envoy bench stack stack-down clean
+.PHONY: run build test lint deps envoy bench h2load stack stack-down clean
 
 run:
 	$(CARGO) run --release -- serve --config descriptors
@@ -45,9 +45,18 @@ stack-down:
 test: lint deps
 	$(CARGO) test --lib --bins --tests -- --test-threads=$(TEST_THREADS)
 
-# Throughput and latency, memory against Redis (starts its own redis-server).
-bench: deps
+# sluice against a no-op service on this machine (memory and Redis, h2load and
+# sluice bench), then criterion micro-benchmarks of matching and decisions.
+bench: deps h2load
+	$(CARGO) build --release --bin sluice --example noop_rls
 	$(CARGO) bench --bench load
+	$(CARGO) bench --bench matching
+
+h2load:
+	@command -v h2load >/dev/null || { echo "installing h2load (apt: nghttp2-client)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get install -y -q nghttp2-client >/dev/null 2>&1 || \
+	  { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q nghttp2-client >/dev/null; }; }
 
 clean:
 	$(CARGO) clean

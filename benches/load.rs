@@ -1,15 +1,29 @@
-//! `make bench`: throughput and latency of the real binary, memory store
-//! against Redis, on one hot key and on many keys, plus Redis commands per
-//! decision. Client and server share the machine, so read the numbers as a
-//! comparison between stores, not as a capacity figure.
+//! `make bench`: sluice against the ceiling of this machine, side by side.
+//!
+//! Three servers on free loopback ports: a no-op rate-limit service on the
+//! same tonic stack (`examples/noop_rls.rs`, the ceiling), sluice counting in
+//! memory, and sluice counting in a fresh redis-server. Throughput comes from
+//! h2load (one thread, 8 connections x 32 streams), the cases interleaved over
+//! several rounds and reported as medians, so a noisy neighbour hits every
+//! server alike. Fixed-rate latency, many keys, the over-limit flood and
+//! memory per key come from `sluice bench`. Client and servers share this
+//! machine: read ratios, not capacities.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::redis::RedisServer;
-use common::*;
+use common::{Sluice, eventually};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use prost::Message;
 
 const RULES: &str = "
 domain: bench
@@ -18,180 +32,395 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 1000000000}
   - key: ip
     rate_limit: {unit: day, requests_per_unit: 1000000000}
+  - key: tier
+    value: credentials
+    descriptors:
+      - key: ip
+        descriptors:
+          - key: path
+            rate_limit: {unit: day, requests_per_unit: 1000000000}
   - key: flood
     rate_limit: {unit: day, requests_per_unit: 10}
 ";
+const ROUNDS: usize = 3;
+const SECONDS: u64 = 4;
+const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
-const CONCURRENCY: usize = 32;
-const RUN: Duration = Duration::from_secs(4);
-
-struct Result {
-    requests: usize,
-    rps: f64,
-    p50: Duration,
-    p99: Duration,
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
-async fn load(s: &Sluice, key: &'static str, many: bool) -> Result {
-    let channels: Vec<_> = futures_util::future::join_all((0..4).map(|_| s.client())).await;
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..CONCURRENCY)
-        .map(|t| {
-            let mut c = channels[t % channels.len()].clone();
-            tokio::spawn(async move {
-                let mut lat = Vec::with_capacity(100_000);
-                let mut i: u64 = t as u64 * 7_919;
-                while started.elapsed() < RUN {
-                    i = i.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-                    let value = if many {
-                        format!(
-                            "10.{}.{}.{}",
-                            (i >> 40) % 4,
-                            (i >> 48) % 256,
-                            (i >> 56) % 100
-                        )
-                    } else {
-                        "k".into()
-                    };
-                    let t0 = Instant::now();
-                    let r = ask(&mut c, "bench", &[(key, &value)]).await;
-                    lat.push(t0.elapsed());
-                    assert!(r.overall_code == OK || key == "flood");
-                }
-                lat
+/// The request h2load sends, framed for gRPC.
+fn grpc_body(descriptors: &[&[(&str, &str)]]) -> Vec<u8> {
+    let msg = RateLimitRequest {
+        domain: "bench".into(),
+        descriptors: descriptors
+            .iter()
+            .map(|entries| RateLimitDescriptor {
+                entries: entries
+                    .iter()
+                    .map(|(k, v)| Entry {
+                        key: (*k).into(),
+                        value: (*v).into(),
+                    })
+                    .collect(),
+                ..Default::default()
             })
-        })
+            .collect(),
+        hits_addend: 0,
+    }
+    .encode_to_vec();
+    let mut framed = vec![0];
+    framed.extend((msg.len() as u32).to_be_bytes());
+    framed.extend(msg);
+    framed
+}
+
+/// CPU seconds (user + system) a process has used.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
         .collect();
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.expect("task"));
-    }
-    let took = started.elapsed();
-    all.sort();
-    let pct = |p: f64| all[((all.len() as f64 * p) as usize).min(all.len() - 1)];
-    Result {
-        requests: all.len(),
-        rps: all.len() as f64 / took.as_secs_f64(),
-        p50: pct(0.50),
-        p99: pct(0.99),
-    }
+    let ticks: f64 = [11, 12]
+        .iter()
+        .filter_map(|&i| fields.get(i)?.parse::<f64>().ok())
+        .sum();
+    ticks / 100.0
 }
 
-fn row(name: &str, r: &Result) {
-    println!(
-        "| {name:<34} | {:>9.0} | {:>8.0} µs | {:>8.0} µs | {:>9} |",
-        r.rps,
-        r.p50.as_secs_f64() * 1e6,
-        r.p99.as_secs_f64() * 1e6,
-        r.requests
-    );
-}
-
-/// The upper bound of the bucket that holds the 99th percentile.
-fn histogram_p99(text: &str, name: &str) -> String {
-    let prefix = format!("{name}_bucket{{le=\"");
-    let buckets: Vec<(String, f64)> = text
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
         .lines()
-        .filter_map(|l| l.strip_prefix(&prefix))
-        .filter_map(|rest| {
-            rest.split_once("\"} ")
-                .map(|(le, n)| (le.to_owned(), n.parse().unwrap_or(0.0)))
-        })
-        .collect();
-    let total = buckets.last().map_or(0.0, |b| b.1);
-    buckets
-        .iter()
-        .find(|(_, n)| *n >= total * 0.99)
-        .map_or("?".into(), |(le, _)| le.clone())
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
 }
 
-fn redis_calls(redis: &RedisServer) -> u64 {
-    ["evalsha", "eval", "incrby", "expire"]
-        .iter()
-        .map(|c| redis.calls(c))
-        .sum()
+struct Server {
+    name: &'static str,
+    addr: SocketAddr,
+    /// Processes whose CPU counts for this server (sluice and its Redis).
+    pids: Vec<u32>,
 }
 
-#[tokio::main]
-async fn main() {
-    println!(
-        "concurrency {CONCURRENCY}, {}s per row, 4 HTTP/2 connections, client and server on one machine\n",
-        RUN.as_secs()
-    );
-    println!(
-        "| scenario                           |   req/s   |    p50      |    p99      | requests  |"
-    );
-    println!(
-        "|------------------------------------|-----------|-------------|-------------|-----------|"
-    );
-    let memory = Sluice::start(
-        &[("bench.yaml", RULES)],
-        &["--log-level", "warn,sluice=info"],
-    );
-    let m_hot = load(&memory, "hot", false).await;
-    row("memory, one hot key", &m_hot);
-    let m_many = load(&memory, "ip", true).await;
-    row("memory, ~100k keys", &m_many);
-    drop(memory);
+impl Server {
+    fn cpu(&self) -> f64 {
+        self.pids.iter().map(|&p| cpu_seconds(p)).sum()
+    }
+}
 
+/// Throughput from one h2load run, and the server CPU per request.
+fn h2load(server: &Server, body: &Path) -> (f64, f64) {
+    let cpu = server.cpu();
+    let out = Command::new("h2load")
+        .args(["-t1", "-c8", "-m32", "-D", &SECONDS.to_string()])
+        .args([
+            "-H",
+            "content-type:application/grpc",
+            "-H",
+            "te:trailers",
+            "-d",
+        ])
+        .arg(body)
+        .arg(format!("http://{}{PATH}", server.addr))
+        .output()
+        .expect("h2load (make bench installs nghttp2-client)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rps: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("finished in "))
+        .and_then(|l| l.split(", ").nth(1))
+        .and_then(|r| r.trim_end_matches(" req/s").parse().ok())
+        .unwrap_or_else(|| panic!("h2load said: {text}"));
+    assert!(
+        text.contains(" 0 failed, 0 errored"),
+        "h2load errors: {text}"
+    );
+    let cpu_us = (server.cpu() - cpu) * 1e6 / (rps * SECONDS as f64);
+    (rps, cpu_us)
+}
+
+/// One `sluice bench --json` run.
+fn sluice_bench(addr: SocketAddr, args: &[&str]) -> serde_json::Value {
+    let out = Command::new(common::sluice_bin())
+        .arg("bench")
+        .args(["--target", &addr.to_string(), "--domain", "bench", "--json"])
+        .args(args)
+        .output()
+        .expect("sluice bench");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value =
+        serde_json::from_str(text.trim()).unwrap_or_else(|_| panic!("sluice bench said: {text}"));
+    assert_eq!(v["errors"], 0, "{v}");
+    v
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+fn noop_bin() -> PathBuf {
+    let sluice = Path::new(common::sluice_bin());
+    let path = sluice
+        .parent()
+        .expect("target dir")
+        .join("examples/noop_rls");
+    assert!(
+        path.exists(),
+        "{} missing: `make bench` builds it",
+        path.display()
+    );
+    path
+}
+
+/// The no-op server, killed when dropped (a panicking bench leaves no process).
+struct Noop(Child);
+
+impl Drop for Noop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_noop() -> (Noop, SocketAddr) {
+    let mut child = Command::new(noop_bin())
+        .arg("127.0.0.1:0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("noop_rls");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("noop address");
+    let addr = line
+        .trim()
+        .trim_start_matches("listening on ")
+        .parse()
+        .expect("address");
+    (Noop(child), addr)
+}
+
+fn main() {
+    let rounds = env_or("BENCH_ROUNDS", ROUNDS);
+    let quiet = ["--log-level", "warn,sluice=info"];
+    let (noop, noop_addr) = start_noop();
+    let memory = Sluice::start(&[("bench.yaml", RULES)], &quiet);
     let redis = RedisServer::start();
-    let url = redis.url();
-    let s = Sluice::start(
+    let on_redis = Sluice::start(
         &[("bench.yaml", RULES)],
-        &["--redis-url", &url, "--log-level", "warn,sluice=info"],
+        &[
+            "--log-level",
+            "warn,sluice=info",
+            "--redis-url",
+            &redis.url(),
+        ],
     );
-    assert!(eventually(Duration::from_secs(10), || s
+    assert!(eventually(Duration::from_secs(10), || on_redis
         .get("/readyz")
         .1
         .contains("\"ready\"")));
-    let before = (
-        redis.calls("evalsha") + redis.calls("eval"),
-        redis_calls(&redis),
-    );
-    let r_hot = load(&s, "hot", false).await;
-    row("redis, one hot key", &r_hot);
-    let r_many = load(&s, "ip", true).await;
-    row("redis, ~100k keys", &r_many);
-    let after = (
-        redis.calls("evalsha") + redis.calls("eval"),
-        redis_calls(&redis),
-    );
-    let decisions = (r_hot.requests + r_many.requests) as f64;
-    let flood = load(&s, "flood", false).await;
-    row("redis, one key over its limit", &flood);
-    let after_flood = redis.calls("evalsha") + redis.calls("eval");
-    let (_, metrics) = s.get("/metrics");
-    let fallbacks = metric(
-        &metrics,
-        "sluice_store_policy_decisions_total{policy=\"none\"}",
+    let redis_pid = redis.pid();
+    let servers = [
+        Server {
+            name: "no-op",
+            addr: noop_addr,
+            pids: vec![noop.0.id()],
+        },
+        Server {
+            name: "memory",
+            addr: memory.grpc,
+            pids: vec![memory.pid()],
+        },
+        Server {
+            name: "redis",
+            addr: on_redis.grpc,
+            pids: vec![on_redis.pid(), redis_pid],
+        },
+    ];
+    let [noop_s, memory_s, redis_s] = &servers;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let hot = dir.path().join("hot.bin");
+    std::fs::write(&hot, grpc_body(&[&[("hot", "k")]])).expect("write");
+    let login = dir.path().join("login.bin");
+    std::fs::write(
+        &login,
+        grpc_body(&[
+            &[("ip", "10.1.2.3")],
+            &[
+                ("tier", "credentials"),
+                ("ip", "10.1.2.3"),
+                ("path", "/api/auth/login"),
+            ],
+            &[("hot", "k")],
+        ]),
     )
-    .or_else(|| {
-        metric(
-            &metrics,
-            "sluice_store_policy_decisions_total{policy=\"fallback\"}",
-        )
-    })
-    .unwrap_or(0.0);
-    let store_p99 = histogram_p99(&metrics, "sluice_store_duration_seconds");
-    let request_p99 = histogram_p99(&metrics, "sluice_request_duration_seconds");
-    println!();
+    .expect("write");
+
+    println!("h2load -t1 -c8 -m32, {SECONDS}s per run, {rounds} interleaved rounds; medians\n");
+    let cases: [(&str, &Server, &Path); 5] = [
+        ("no-op, 1 descriptor", noop_s, &hot),
+        ("memory, 1 descriptor (hot key)", memory_s, &hot),
+        ("no-op, 3 descriptors", noop_s, &login),
+        ("memory, 3 descriptors (login shape)", memory_s, &login),
+        ("redis, 1 descriptor (hot key)", redis_s, &hot),
+    ];
+    let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new(); cases.len()];
+    for _ in 0..rounds {
+        for (i, (_, server, body)) in cases.iter().enumerate() {
+            runs[i].push(h2load(server, body));
+        }
+    }
+    let rps: Vec<f64> = runs
+        .iter()
+        .map(|r| median(r.iter().map(|x| x.0).collect()))
+        .collect();
+    let cpu: Vec<f64> = runs
+        .iter()
+        .map(|r| median(r.iter().map(|x| x.1).collect()))
+        .collect();
+    println!("| case | req/s | of no-op | server CPU µs/req |");
+    println!("|---|---|---|---|");
+    let ceiling = [0, 0, 2, 2, 0];
+    for (i, (name, _, _)) in cases.iter().enumerate() {
+        println!(
+            "| {name} | {:.0} | {:.2} | {:.1} |",
+            rps[i],
+            rps[i] / rps[ceiling[i]],
+            cpu[i]
+        );
+    }
+
     println!(
-        "server-side p99 (histogram bucket bound): Redis call <= {store_p99}s, whole request <= {request_p99}s"
+        "\nsluice bench: fixed 20,000 req/s for {SECONDS}s, one hot key; medians of {rounds} rounds\n"
+    );
+    println!("| server | p50 | p90 | p99 | p99.9 |");
+    println!("|---|---|---|---|---|");
+    let duration = format!("{SECONDS}s");
+    let mut lat: Vec<Vec<serde_json::Value>> = vec![Vec::new(); servers.len()];
+    for _ in 0..rounds {
+        for (i, s) in servers.iter().enumerate() {
+            lat[i].push(sluice_bench(
+                s.addr,
+                &[
+                    "--descriptor",
+                    "hot=k",
+                    "--rate",
+                    "20000",
+                    "--duration",
+                    &duration,
+                ],
+            ));
+        }
+    }
+    for (s, runs) in servers.iter().zip(&lat) {
+        let m =
+            |f: &str| median(runs.iter().map(|v| v[f].as_f64().unwrap_or(0.0)).collect()) / 1000.0;
+        println!(
+            "| {} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms |",
+            s.name,
+            m("p50_us"),
+            m("p90_us"),
+            m("p99_us"),
+            m("p999_us")
+        );
+    }
+
+    println!("\nsluice bench: 100,000 distinct keys, closed loop, {SECONDS}s\n");
+    println!("| server | req/s | p99 |");
+    println!("|---|---|---|");
+    for s in [memory_s, redis_s] {
+        let v = sluice_bench(
+            s.addr,
+            &[
+                "--descriptor",
+                "ip=10.{n}",
+                "--keys",
+                "100000",
+                "--duration",
+                &duration,
+            ],
+        );
+        println!(
+            "| {} | {:.0} | {:.2} ms |",
+            s.name,
+            v["rps"].as_f64().unwrap_or(0.0),
+            v["p99_us"].as_f64().unwrap_or(0.0) / 1000.0
+        );
+    }
+
+    // A key over its limit: the local cache answers, Redis hears nothing.
+    let calls = || redis.calls("evalsha") + redis.calls("eval");
+    let allowed_cpu =
+        on_redis_cpu_per_request(redis_s, &["--descriptor", "hot=k", "--duration", &duration]);
+    let before = calls();
+    let flood_cpu = on_redis_cpu_per_request(
+        redis_s,
+        &["--descriptor", "flood=k", "--duration", &duration],
     );
     println!(
-        "p99 added by Redis: hot key {:.0} µs, many keys {:.0} µs",
-        (r_hot.p99.as_secs_f64() - m_hot.p99.as_secs_f64()) * 1e6,
-        (r_many.p99.as_secs_f64() - m_many.p99.as_secs_f64()) * 1e6
+        "\nover-limit flood on Redis: {} script calls after the first 10 requests' window; sluice+redis CPU {:.1} µs/req (allowed requests: {:.1} µs/req)",
+        calls() - before,
+        flood_cpu.1,
+        allowed_cpu.1
     );
+    println!("  ({} flood requests answered)", flood_cpu.0);
+
+    // Memory per live key: 1,000,000 distinct keys into a fresh memory store.
+    let fresh = Sluice::start(&[("bench.yaml", RULES)], &quiet);
+    let _ = sluice_bench(
+        fresh.grpc,
+        &[
+            "--descriptor",
+            "ip=warm{n}",
+            "--keys",
+            "1000",
+            "--requests",
+            "1000",
+        ],
+    );
+    let before = rss_bytes(fresh.pid());
+    let started = Instant::now();
+    let v = sluice_bench(
+        fresh.grpc,
+        &[
+            "--descriptor",
+            "ip={n}",
+            "--keys",
+            "1000000",
+            "--requests",
+            "1000000",
+            "--duration",
+            "600s",
+        ],
+    );
+    let after = rss_bytes(fresh.pid());
     println!(
-        "Redis commands per decision (one descriptor): {:.2} client calls (EVALSHA), {:.2} counting \
-         commands in all (EVALSHA + INCRBY + EXPIRE run by the script)",
-        (after.0 - before.0) as f64 / decisions,
-        (after.1 - before.1) as f64 / decisions
+        "\nmemory store, 1,000,000 live keys ({} requests in {:.1}s): RSS {} MiB -> {} MiB, {:.0} bytes per key",
+        v["requests"],
+        started.elapsed().as_secs_f64(),
+        before >> 20,
+        after >> 20,
+        after.saturating_sub(before) as f64 / 1e6
     );
-    println!(
-        "over-limit flood: {} requests cost Redis {} calls (local cache); decisions by failure policy during the run: {fallbacks}",
-        flood.requests,
-        after_flood - after.0
-    );
+    drop(noop);
+}
+
+/// (requests, CPU µs per request of sluice and Redis) for one closed-loop run.
+fn on_redis_cpu_per_request(server: &Server, args: &[&str]) -> (u64, f64) {
+    let cpu = server.cpu();
+    let v = sluice_bench(server.addr, args);
+    let n = v["requests"].as_u64().unwrap_or(1).max(1);
+    (n, (server.cpu() - cpu) * 1e6 / n as f64)
 }

@@ -1,6 +1,7 @@
 //! sluice: a rate-limit service for Envoy's `ratelimit` filter, reading
 //! envoyproxy/ratelimit configs unchanged.
 //!
+//! - [`bench`]: `sluice bench`, a load generator for any rate-limit service.
 //! - [`config`]: the YAML model, validation, the compiled matcher, loading.
 //! - [`limiter`]: pure decisions (windows, hits, statuses, Retry-After).
 //! - [`store`]: counter stores behind one trait.
@@ -12,6 +13,7 @@
 #![deny(rust_2018_idioms)]
 
 pub mod admin;
+pub mod bench;
 pub mod config;
 pub mod limiter;
 pub mod metrics;

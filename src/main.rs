@@ -35,6 +35,42 @@ enum Command {
     Serve(Box<ServeArgs>),
     /// Validate a config directory: one line per domain, or the errors and exit 1.
     Check(CheckArgs),
+    /// Load-test any Envoy rate-limit service (sluice, envoyproxy/ratelimit, ...).
+    Bench(BenchArgs),
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// host:port of the rate-limit service's gRPC listener.
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    target: String,
+    #[arg(long, default_value = "api")]
+    domain: String,
+    /// A descriptor as key=value[,key=value...]; `{n}` in a value becomes one of
+    /// --keys distinct values. Repeat for several descriptors per request.
+    #[arg(long = "descriptor", required = true)]
+    descriptors: Vec<sluice::bench::Template>,
+    /// Distinct values of {n}, taken in turn.
+    #[arg(long, default_value_t = 1)]
+    keys: u64,
+    /// Requests in flight at most.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// HTTP/2 connections to spread them over.
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+    /// How long to run, e.g. 10s.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Stop after this many requests (if sooner than --duration).
+    #[arg(long)]
+    requests: Option<u64>,
+    /// Send at this fixed rate (requests/s) instead of as fast as possible.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Print one line of JSON instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Clone)]
@@ -190,6 +226,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Check(args)) => check(&args.dir, &args.config_args),
         Some(Command::Serve(args)) => serve(*args),
+        Some(Command::Bench(args)) => bench(args),
         None => serve(cli.serve),
     };
     match result {
@@ -220,6 +257,33 @@ fn check(dir: &Path, c: &ConfigArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    let plan = sluice::bench::Plan {
+        target: args.target,
+        domain: args.domain,
+        descriptors: args.descriptors,
+        keys: args.keys,
+        concurrency: args.concurrency,
+        connections: args.connections,
+        duration: args.duration,
+        requests: args.requests,
+        rate: args.rate,
+    };
+    // One client thread: on a small machine shared with the server, more
+    // client threads mostly steal the server's cores and add jitter.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let report = runtime.block_on(sluice::bench::run(plan))?;
+    if args.json {
+        println!("{}", report.json());
+    } else {
+        println!("{report}");
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn init_logging(args: &ServeArgs) -> anyhow::Result<()> {

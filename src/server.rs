@@ -107,7 +107,7 @@ pub async fn run(
         .add_service(health)
         .add_service(RateLimitServiceServer::new(limiter.clone()))
         .serve_with_incoming_shutdown(
-            TcpListenerStream::new(listeners.grpc),
+            nodelay(TcpListenerStream::new(listeners.grpc)),
             token.clone().cancelled_owned(),
         );
     let admin = admin::run(
@@ -184,4 +184,20 @@ pub fn signal() -> impl Future<Output = ()> + Send + 'static {
     async {
         let _ = tokio::signal::ctrl_c().await;
     }
+}
+
+/// Accepted connections with Nagle's algorithm off: tonic's own `tcp_nodelay`
+/// only applies to listeners it binds, and a gRPC answer written in pieces
+/// would otherwise wait for a delayed ACK (a 40 ms tail).
+pub fn nodelay(
+    incoming: TcpListenerStream,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use tokio_stream::StreamExt as _;
+    incoming.map(|conn| {
+        if let Ok(c) = &conn {
+            // Best effort: a socket that refuses still serves, only slower.
+            let _ = c.set_nodelay(true);
+        }
+        conn
+    })
 }

@@ -1,6 +1,7 @@
 //! Counter stores behind one small trait: each increments a batch of fixed-window
 //! counters and returns the counts after the increment, atomically per counter.
 
+mod batch;
 mod cache;
 mod key;
 mod memory;

@@ -1,11 +1,11 @@
 //! Counters in Redis (one node through a bb8 pool of multiplexed connections)
 //! or Redis Cluster (the redis crate's async cluster client).
 //!
-//! A request's increments run as one Lua script per Redis slot: `INCRBY` and
-//! an expiry for every key, atomically, so a key can never be left without its
-//! expiry and the count after the increment decides (no check-then-increment
-//! race). On one node that is one round trip per request; in a cluster the
-//! slot groups go out in parallel.
+//! Increments run as a Lua script: `INCRBY` and an expiry for every key,
+//! atomically, so a key can never be left without its expiry and the count
+//! after the increment decides (no check-then-increment race). On one node the
+//! increments of concurrent requests share script calls ([`batch`](super::batch));
+//! in a cluster a request sends one script per slot, the slots in parallel.
 
 use std::fmt;
 use std::sync::Arc;
@@ -14,12 +14,12 @@ use std::time::Duration;
 use arc_swap::ArcSwapOption;
 use bb8_redis::RedisConnectionManager;
 use futures_util::future::try_join_all;
-use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
 use redis::{IntoConnectionInfo, Script};
 use sha2::{Digest, Sha256};
 
+use super::batch::Batcher;
 use super::{CounterKey, Increment, StoreError};
 use crate::limiter::Now;
 
@@ -100,7 +100,7 @@ pub struct RedisConfig {
 }
 
 enum Live {
-    Single(bb8::Pool<RedisConnectionManager>),
+    Single(Batcher),
     Cluster(ClusterConnection),
 }
 
@@ -110,7 +110,7 @@ enum Live {
 pub struct RedisStore {
     config: RedisConfig,
     live: ArcSwapOption<Live>,
-    script: Script,
+    script: Arc<Script>,
 }
 
 impl fmt::Debug for RedisStore {
@@ -135,7 +135,7 @@ impl RedisStore {
         Ok(RedisStore {
             config,
             live: ArcSwapOption::empty(),
-            script: Script::new(INCREMENT),
+            script: Arc::new(Script::new(INCREMENT)),
         })
     }
 
@@ -163,7 +163,8 @@ impl RedisStore {
                     .build_unchecked(manager);
                 let mut conn = pool.get().await.map_err(unavailable)?.clone();
                 ping(&mut conn).await?;
-                Live::Single(pool)
+                let in_flight = usize::try_from(self.config.pool_size).unwrap_or(1);
+                Live::Single(Batcher::start(pool, self.script.clone(), in_flight))
             }
             Target::Cluster(_) => {
                 let client = redis::cluster::ClusterClient::builder(seeds(&self.config.target))
@@ -188,18 +189,9 @@ impl RedisStore {
         let now = Now::wall();
         let keys: Vec<String> = batch.iter().map(|i| self.redis_key(i)).collect();
         match &*live {
-            Live::Single(pool) => {
-                // Multiplexed: clone the connection and give the slot back at once.
-                let mut conn: MultiplexedConnection =
-                    pool.get().await.map_err(unavailable)?.clone();
-                self.run(
-                    &mut conn,
-                    batch,
-                    &keys,
-                    &(0..batch.len()).collect::<Vec<_>>(),
-                    now,
-                )
-                .await
+            Live::Single(batcher) => {
+                let args = batch.iter().map(|i| (i.hits, ttl(i, now))).collect();
+                batcher.increment(keys, args).await
             }
             Live::Cluster(conn) => {
                 let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
@@ -237,8 +229,7 @@ impl RedisStore {
     ) -> Result<Vec<u64>, StoreError> {
         let mut inv = self.script.prepare_invoke();
         for &i in idx {
-            let ttl = batch[i].window.seconds_until_reset(now) + EXPIRY_SLACK_SECONDS;
-            inv.key(&keys[i]).arg(batch[i].hits).arg(ttl);
+            inv.key(&keys[i]).arg(batch[i].hits).arg(ttl(batch[i], now));
         }
         inv.invoke_async(conn).await.map_err(unavailable)
     }
@@ -253,6 +244,11 @@ impl RedisStore {
             inc.window.unit.name(),
         )
     }
+}
+
+/// Seconds a counter key lives from `now`.
+fn ttl(inc: &Increment, now: Now) -> u64 {
+    inc.window.seconds_until_reset(now) + EXPIRY_SLACK_SECONDS
 }
 
 /// Renders a counter key in `format`.

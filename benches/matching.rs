@@ -1,0 +1,139 @@
+//! Criterion micro-benchmarks of the request path without the network:
+//! matching a descriptor against 10 to 10,000 rules (the time must not grow
+//! with the rule count), a whole decision with the memory store, and loading a
+//! directory of 10,000 rules.
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use sluice::config::{LiveRules, LoadOptions, load_dir};
+use sluice::metrics::Metrics;
+use sluice::service::{RateLimiter, Settings};
+use sluice::store::MemoryStore;
+
+/// A domain `bench` with `n` exact-value rules under `user`, a wildcard and a
+/// key-only rule beside them, and a three-level login rule.
+fn rules(n: usize) -> String {
+    let mut y = String::from("domain: bench\ndescriptors:\n");
+    for i in 0..n {
+        y.push_str(&format!(
+            "  - key: user\n    value: u{i}\n    rate_limit: {{unit: minute, requests_per_unit: 100}}\n"
+        ));
+    }
+    y.push_str(
+        "  - key: path\n    value: /api/*\n    rate_limit: {unit: minute, requests_per_unit: 100}\n\
+         \x20 - key: remote_address\n    rate_limit: {unit: day, requests_per_unit: 1000000000}\n\
+         \x20 - key: tier\n    value: credentials\n    descriptors:\n\
+         \x20     - key: remote_address\n        descriptors:\n\
+         \x20         - key: path\n            rate_limit: {unit: minute, requests_per_unit: 30}\n",
+    );
+    y
+}
+
+fn dir_with(n: usize) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("bench.yaml"), rules(n)).expect("write");
+    dir
+}
+
+fn matching(c: &mut Criterion) {
+    let mut group = c.benchmark_group("match");
+    for n in [10, 1_000, 10_000] {
+        let dir = dir_with(n);
+        let loaded =
+            load_dir(dir.path(), LoadOptions::default(), &Metrics::default()).expect("rules");
+        let domain = loaded.domain("bench").expect("domain");
+        let exact = [("user", "u7")];
+        let keyonly = [("remote_address", "10.1.2.3")];
+        let nested = [
+            ("tier", "credentials"),
+            ("remote_address", "10.1.2.3"),
+            ("path", "/api/auth/login"),
+        ];
+        group.bench_with_input(BenchmarkId::new("exact value", n), &n, |b, _| {
+            b.iter(|| black_box(domain.find(black_box(&exact[..])).is_some()))
+        });
+        group.bench_with_input(BenchmarkId::new("key only", n), &n, |b, _| {
+            b.iter(|| black_box(domain.find(black_box(&keyonly[..])).is_some()))
+        });
+        group.bench_with_input(BenchmarkId::new("three levels", n), &n, |b, _| {
+            b.iter(|| black_box(domain.find(black_box(&nested[..])).is_some()))
+        });
+    }
+    group.finish();
+}
+
+fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: (*k).into(),
+                value: (*v).into(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn decision(c: &mut Criterion) {
+    let dir = dir_with(10);
+    let metrics = Arc::new(Metrics::default());
+    let rules = Arc::new(
+        LiveRules::load(dir.path(), LoadOptions::default(), metrics.clone()).expect("rules"),
+    );
+    let limiter = RateLimiter::new(
+        rules,
+        Arc::new(MemoryStore::default()),
+        metrics,
+        Settings::default(),
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let one = RateLimitRequest {
+        domain: "bench".into(),
+        descriptors: vec![descriptor(&[("remote_address", "10.1.2.3")])],
+        hits_addend: 0,
+    };
+    let login = RateLimitRequest {
+        domain: "bench".into(),
+        descriptors: vec![
+            descriptor(&[("remote_address", "10.1.2.3")]),
+            descriptor(&[
+                ("tier", "credentials"),
+                ("remote_address", "10.1.2.3"),
+                ("path", "/api/auth/login"),
+            ]),
+            descriptor(&[("user", "u7")]),
+        ],
+        hits_addend: 0,
+    };
+    let mut group = c.benchmark_group("decide (memory store)");
+    group.bench_function("one descriptor", |b| {
+        b.to_async(&runtime)
+            .iter(|| async { black_box(limiter.handle(one.clone()).await.is_ok()) })
+    });
+    group.bench_function("three descriptors", |b| {
+        b.to_async(&runtime)
+            .iter(|| async { black_box(limiter.handle(login.clone()).await.is_ok()) })
+    });
+    group.finish();
+}
+
+fn loading(c: &mut Criterion) {
+    let dir = dir_with(10_000);
+    let mut group = c.benchmark_group("load");
+    group.sample_size(10);
+    group.bench_function("10,000 rules", |b| {
+        b.iter(|| load_dir(dir.path(), LoadOptions::default(), &Metrics::default()).expect("rules"))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, matching, decision, loading);
+criterion_main!(benches);

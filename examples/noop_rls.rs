@@ -1,0 +1,40 @@
+//! The ceiling for `make bench`: an Envoy rate-limit service that answers
+//! every request OK without looking at it, on the same tonic stack as sluice.
+//!
+//!     cargo run --release --example noop_rls -- 127.0.0.1:0
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use tokio_stream::wrappers::TcpListenerStream;
+
+struct Noop;
+
+#[tonic::async_trait]
+impl RateLimitService for Noop {
+    async fn should_rate_limit(
+        &self,
+        _request: tonic::Request<RateLimitRequest>,
+    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+        Ok(tonic::Response::new(RateLimitResponse {
+            overall_code: Code::Ok as i32,
+            ..Default::default()
+        }))
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let addr = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "127.0.0.1:0".into());
+    let listener = tokio::net::TcpListener::bind(&addr).await?;
+    println!("listening on {}", listener.local_addr()?);
+    tonic::transport::Server::builder()
+        .add_service(RateLimitServiceServer::new(Noop))
+        .serve_with_incoming(sluice::server::nodelay(TcpListenerStream::new(listener)))
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,126 @@
+//! Shared round trips to one Redis node: concurrent requests hand their
+//! increments to one task, which sends whatever has queued up as a single
+//! script call, with a few calls in flight at once. At low load a batch is one
+//! request and nothing waits; under load a round trip carries many requests,
+//! so neither sluice nor Redis pays per-request command overhead.
+
+use std::sync::Arc;
+
+use bb8_redis::RedisConnectionManager;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use redis::Script;
+use tokio::sync::{mpsc, oneshot};
+
+use super::StoreError;
+
+/// Keys above which a batch is sent without waiting for more.
+const MAX_BATCH_KEYS: usize = 512;
+/// Requests that may wait for the batcher before senders are held back.
+const QUEUE: usize = 16_384;
+
+type Reply = Result<Vec<u64>, StoreError>;
+
+/// One request's part of a batch: keys with their `(hits, ttl)`.
+struct Job {
+    keys: Vec<String>,
+    args: Vec<(u64, u64)>,
+    reply: oneshot::Sender<Reply>,
+}
+
+/// The handle requests use; the batching task stops once every handle is
+/// dropped and its batches in flight are answered.
+pub(super) struct Batcher {
+    tx: mpsc::Sender<Job>,
+}
+
+impl Batcher {
+    /// Spawns the batching task on the current runtime.
+    pub(super) fn start(
+        pool: bb8::Pool<RedisConnectionManager>,
+        script: Arc<Script>,
+        in_flight: usize,
+    ) -> Batcher {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        tokio::spawn(drive(rx, pool, script, in_flight.max(1)));
+        Batcher { tx }
+    }
+
+    /// Counts after the increment, in `keys` order.
+    pub(super) async fn increment(&self, keys: Vec<String>, args: Vec<(u64, u64)>) -> Reply {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Job { keys, args, reply })
+            .await
+            .map_err(|_| StoreError::Unavailable("redis batcher stopped".into()))?;
+        answer
+            .await
+            .map_err(|_| StoreError::Unavailable("redis batch dropped".into()))?
+    }
+}
+
+async fn drive(
+    mut rx: mpsc::Receiver<Job>,
+    pool: bb8::Pool<RedisConnectionManager>,
+    script: Arc<Script>,
+    in_flight: usize,
+) {
+    let mut sending = FuturesUnordered::new();
+    let mut open = true;
+    while open || !sending.is_empty() {
+        tokio::select! {
+            Some(()) = sending.next(), if !sending.is_empty() => {}
+            job = rx.recv(), if open && sending.len() < in_flight => match job {
+                None => open = false,
+                Some(first) => {
+                    let mut keys = first.keys.len();
+                    let mut jobs = vec![first];
+                    while keys < MAX_BATCH_KEYS {
+                        let Ok(job) = rx.try_recv() else { break };
+                        keys += job.keys.len();
+                        jobs.push(job);
+                    }
+                    sending.push(send(pool.clone(), script.clone(), jobs));
+                }
+            }
+        }
+    }
+}
+
+async fn send(pool: bb8::Pool<RedisConnectionManager>, script: Arc<Script>, jobs: Vec<Job>) {
+    let counts: Reply = async {
+        // Multiplexed: clone the connection and give the slot back at once.
+        let mut conn = pool
+            .get()
+            .await
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?
+            .clone();
+        let mut inv = script.prepare_invoke();
+        for job in &jobs {
+            for (key, (hits, ttl)) in job.keys.iter().zip(&job.args) {
+                inv.key(key).arg(*hits).arg(*ttl);
+            }
+        }
+        inv.invoke_async(&mut conn)
+            .await
+            .map_err(|e| StoreError::Unavailable(e.to_string()))
+    }
+    .await;
+    match counts {
+        Ok(counts) => {
+            let mut rest = counts.as_slice();
+            for job in jobs {
+                let n = job.keys.len().min(rest.len());
+                let (mine, tail) = rest.split_at(n);
+                rest = tail;
+                // A request that timed out has gone; nothing to tell it.
+                let _ = job.reply.send(Ok(mine.to_vec()));
+            }
+        }
+        Err(e) => {
+            for job in jobs {
+                let _ = job.reply.send(Err(e.clone()));
+            }
+        }
+    }
+}
