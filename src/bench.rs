@@ -99,7 +99,9 @@ impl Report {
         }
         let rank =
             ((self.latencies.len() as f64 * q).ceil() as usize).clamp(1, self.latencies.len());
-        Duration::from_micros(u64::from(self.latencies[rank - 1]))
+        Duration::from_micros(u64::from(
+            self.latencies.get(rank - 1).copied().unwrap_or_default(),
+        ))
     }
 
     /// One line of JSON, for scripts (`make bench` reads it).
@@ -229,9 +231,12 @@ pub async fn run(plan: Plan) -> Result<Report, BenchError> {
             total = open_loop(plan.clone(), channels, rate, started).await;
             Vec::new()
         }
-        None => (0..plan.concurrency.max(1))
-            .map(|w| {
-                let client = RateLimitServiceClient::new(channels[w % channels.len()].clone());
+        None => channels
+            .iter()
+            .cycle()
+            .take(plan.concurrency.max(1))
+            .map(|channel| {
+                let client = RateLimitServiceClient::new(channel.clone());
                 tokio::spawn(worker(client, plan.clone(), next.clone(), started))
             })
             .collect(),
@@ -300,13 +305,17 @@ async fn open_loop(plan: Arc<Plan>, channels: Vec<Channel>, rate: f64, started: 
     let slots = Arc::new(tokio::sync::Semaphore::new(plan.concurrency.max(1)));
     let tally = Arc::new(std::sync::Mutex::new(Tally::default()));
     let mut tasks = Vec::new();
+    let mut ring = channels.iter().cycle();
     while let Some((i, due)) = rx.recv().await {
         // Waiting here means every slot is busy: the latency, counted from
         // when the request was due, includes that wait.
         let Ok(slot) = slots.clone().acquire_owned().await else {
             break;
         };
-        let mut client = RateLimitServiceClient::new(channels[i as usize % channels.len()].clone());
+        let Some(channel) = ring.next() else {
+            break;
+        };
+        let mut client = RateLimitServiceClient::new(channel.clone());
         let (plan, tally) = (plan.clone(), tally.clone());
         tasks.push(tokio::spawn(async move {
             let answer = client

@@ -11,6 +11,16 @@
 
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
+// A request must never panic: no unwrap, expect or unchecked indexing outside tests.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic
+    )
+)]
 
 pub mod admin;
 pub mod bench;

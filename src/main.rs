@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use sluice::config::{LiveRules, LoadOptions, load_dir};
 use sluice::metrics::Metrics;
 use sluice::privacy::Privacy;
+use sluice::request::Limits;
 use sluice::server::{self, Listeners, ServeOptions};
 use sluice::service::{RateLimiter, Settings};
 use sluice::store::redis::{KeyFormat, RedisConfig, RedisStore, Target};
@@ -118,12 +119,52 @@ struct ServeArgs {
     #[arg(long, env = "SLUICE_KEY_HASH_SECRET", hide_env_values = true)]
     key_hash_secret: Option<String>,
     #[command(flatten)]
+    limits: LimitArgs,
+    /// Threads that serve requests (default: one per CPU core).
+    #[arg(long, env = "SLUICE_WORKER_THREADS")]
+    worker_threads: Option<usize>,
+    #[command(flatten)]
     store: StoreArgs,
     #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
     /// Log filter: a level (info, debug, ...) or a tracing directive.
     #[arg(long, env = "SLUICE_LOG_LEVEL", default_value = "info")]
     log_level: String,
+}
+
+/// The most one request may carry; more is INVALID_ARGUMENT.
+#[derive(Args, Clone)]
+struct LimitArgs {
+    /// Largest gRPC request message, in bytes.
+    #[arg(long, env = "SLUICE_MAX_REQUEST_BYTES", default_value_t = 65_536)]
+    max_request_bytes: usize,
+    /// Descriptors per request.
+    #[arg(long, env = "SLUICE_MAX_DESCRIPTORS", default_value_t = Limits::default().descriptors)]
+    max_descriptors: usize,
+    /// Entries per descriptor.
+    #[arg(long, env = "SLUICE_MAX_ENTRIES", default_value_t = Limits::default().entries)]
+    max_entries: usize,
+    /// Bytes of an entry key (and of the domain).
+    #[arg(long, env = "SLUICE_MAX_KEY_BYTES", default_value_t = Limits::default().key_bytes)]
+    max_key_bytes: usize,
+    /// Bytes of an entry value.
+    #[arg(long, env = "SLUICE_MAX_VALUE_BYTES", default_value_t = Limits::default().value_bytes)]
+    max_value_bytes: usize,
+    /// Bytes of one descriptor's domain, keys and values together.
+    #[arg(long, env = "SLUICE_MAX_DESCRIPTOR_BYTES", default_value_t = Limits::default().descriptor_bytes)]
+    max_descriptor_bytes: usize,
+}
+
+impl LimitArgs {
+    fn limits(&self) -> Limits {
+        Limits {
+            descriptors: self.max_descriptors,
+            entries: self.max_entries,
+            key_bytes: self.max_key_bytes,
+            value_bytes: self.max_value_bytes,
+            descriptor_bytes: self.max_descriptor_bytes,
+        }
+    }
 }
 
 /// Where counters live: memory (the default) or Redis.
@@ -314,7 +355,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::FAILURE);
         }
     };
-    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = args.worker_threads {
+        runtime.worker_threads(n.max(1));
+    }
+    let runtime = runtime
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
     runtime.block_on(async move {
         let listeners = Listeners {
             grpc: TcpListener::bind(args.grpc_addr)
@@ -331,6 +379,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 args.email_keys.clone(),
                 args.key_hash_secret.clone().map(String::into_bytes),
             ),
+            limits: args.limits.limits(),
         };
         let store = args.store.build(&metrics)?;
         let limiter = RateLimiter::new(rules.clone(), store, metrics, settings);
@@ -340,6 +389,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let opts = ServeOptions {
             grace: args.shutdown_grace,
             watch_config: !args.no_watch,
+            max_request_bytes: args.limits.max_request_bytes,
         };
         server::run(
             listeners,

@@ -68,8 +68,12 @@ struct Histogram {
 impl Histogram {
     fn observe(&self, d: Duration) {
         let secs = d.as_secs_f64();
-        if let Some(i) = BUCKETS.iter().position(|b| secs <= *b) {
-            self.buckets[i].fetch_add(1, Relaxed);
+        if let Some(bucket) = BUCKETS
+            .iter()
+            .position(|b| secs <= *b)
+            .and_then(|i| self.buckets.get(i))
+        {
+            bucket.fetch_add(1, Relaxed);
         }
         self.count.fetch_add(1, Relaxed);
         self.sum_nanos

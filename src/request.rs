@@ -34,6 +34,31 @@ pub struct Override {
     pub unit: Unit,
 }
 
+/// The most a request may carry (each a `--max-*` flag), so that no request
+/// can make sluice hold unbounded memory or build unbounded keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub descriptors: usize,
+    pub entries: usize,
+    /// Bytes of one entry key, and of the domain.
+    pub key_bytes: usize,
+    pub value_bytes: usize,
+    /// Bytes of one descriptor's whole counter key: domain, keys and values.
+    pub descriptor_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            descriptors: 64,
+            entries: 32,
+            key_bytes: 256,
+            value_bytes: 1024,
+            descriptor_bytes: 4096,
+        }
+    }
+}
+
 /// Why a request cannot be answered. Each becomes gRPC INVALID_ARGUMENT (and
 /// HTTP 400 on `/json`); the wording of the first two is the reference's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -46,6 +71,98 @@ pub enum RequestError {
     OverrideUnit { descriptor: usize, unit: i32 },
     #[error("descriptor {descriptor}: entry {entry} has an empty key")]
     EmptyKey { descriptor: usize, entry: usize },
+    #[error("{count} descriptors in one request, more than the {max} allowed (--max-descriptors)")]
+    TooManyDescriptors { count: usize, max: usize },
+    #[error(
+        "descriptor {descriptor}: {count} entries, more than the {max} allowed (--max-entries)"
+    )]
+    TooManyEntries {
+        descriptor: usize,
+        count: usize,
+        max: usize,
+    },
+    #[error("domain of {len} bytes, more than the {max} allowed (--max-key-bytes)")]
+    DomainTooLong { len: usize, max: usize },
+    #[error(
+        "descriptor {descriptor}: entry {entry} key of {len} bytes, more than the {max} allowed (--max-key-bytes)"
+    )]
+    KeyTooLong {
+        descriptor: usize,
+        entry: usize,
+        len: usize,
+        max: usize,
+    },
+    #[error(
+        "descriptor {descriptor}: entry {entry} value of {len} bytes, more than the {max} allowed (--max-value-bytes)"
+    )]
+    ValueTooLong {
+        descriptor: usize,
+        entry: usize,
+        len: usize,
+        max: usize,
+    },
+    #[error(
+        "descriptor {descriptor}: {len} bytes of domain, keys and values, more than the {max} allowed (--max-descriptor-bytes)"
+    )]
+    DescriptorTooLong {
+        descriptor: usize,
+        len: usize,
+        max: usize,
+    },
+}
+
+/// Checks every bound before anything is copied out of the message.
+fn check(r: &RateLimitRequest, limits: &Limits) -> Result<(), RequestError> {
+    let max = limits;
+    if r.domain.len() > max.key_bytes {
+        return Err(RequestError::DomainTooLong {
+            len: r.domain.len(),
+            max: max.key_bytes,
+        });
+    }
+    if r.descriptors.len() > max.descriptors {
+        return Err(RequestError::TooManyDescriptors {
+            count: r.descriptors.len(),
+            max: max.descriptors,
+        });
+    }
+    for (i, d) in r.descriptors.iter().enumerate() {
+        if d.entries.len() > max.entries {
+            return Err(RequestError::TooManyEntries {
+                descriptor: i,
+                count: d.entries.len(),
+                max: max.entries,
+            });
+        }
+        let mut total = r.domain.len();
+        for (j, e) in d.entries.iter().enumerate() {
+            if e.key.len() > max.key_bytes {
+                return Err(RequestError::KeyTooLong {
+                    descriptor: i,
+                    entry: j,
+                    len: e.key.len(),
+                    max: max.key_bytes,
+                });
+            }
+            if e.value.len() > max.value_bytes {
+                return Err(RequestError::ValueTooLong {
+                    descriptor: i,
+                    entry: j,
+                    len: e.value.len(),
+                    max: max.value_bytes,
+                });
+            }
+            total += e.key.len() + e.value.len();
+        }
+        if total > max.descriptor_bytes {
+            return Err(RequestError::DescriptorTooLong {
+                descriptor: i,
+                len: total,
+                max: max.descriptor_bytes,
+            });
+        }
+    }
+    Ok(())
 }
 
 impl Request {
@@ -65,13 +182,22 @@ impl Request {
 impl TryFrom<RateLimitRequest> for Request {
     type Error = RequestError;
 
+    /// Converts under the default [`Limits`].
     fn try_from(r: RateLimitRequest) -> Result<Self, Self::Error> {
+        Request::parse(r, &Limits::default())
+    }
+}
+
+impl Request {
+    /// Validates and converts a protobuf request under `limits`.
+    pub fn parse(r: RateLimitRequest, limits: &Limits) -> Result<Request, RequestError> {
         if r.domain.is_empty() {
             return Err(RequestError::EmptyDomain);
         }
         if r.descriptors.is_empty() {
             return Err(RequestError::NoDescriptors);
         }
+        check(&r, limits)?;
         let descriptors = r
             .descriptors
             .into_iter()
@@ -212,5 +338,70 @@ mod tests {
             Request::try_from(r),
             Err(RequestError::OverrideUnit { .. })
         ));
+    }
+
+    #[test]
+    fn every_bound_is_checked_with_its_flag_named() {
+        let small = Limits {
+            descriptors: 2,
+            entries: 2,
+            key_bytes: 8,
+            value_bytes: 8,
+            descriptor_bytes: 20,
+        };
+        let req = |domain: &str, ds: Vec<RateLimitDescriptor>| RateLimitRequest {
+            domain: domain.into(),
+            descriptors: ds,
+            hits_addend: 0,
+        };
+        let ok = req(
+            "d",
+            vec![descriptor(&[("k", "v")]), descriptor(&[("k", "12345678")])],
+        );
+        assert!(Request::parse(ok, &small).is_ok());
+        let cases: Vec<(RateLimitRequest, &str)> = vec![
+            (
+                req("d", vec![descriptor(&[("k", "v")]); 3]),
+                "--max-descriptors",
+            ),
+            (
+                req("d", vec![descriptor(&[("a", ""), ("b", ""), ("c", "")])]),
+                "--max-entries",
+            ),
+            (
+                req("123456789", vec![descriptor(&[("k", "v")])]),
+                "--max-key-bytes",
+            ),
+            (
+                req("d", vec![descriptor(&[("123456789", "v")])]),
+                "--max-key-bytes",
+            ),
+            (
+                req("d", vec![descriptor(&[("k", "123456789")])]),
+                "--max-value-bytes",
+            ),
+            (
+                req(
+                    "d",
+                    vec![descriptor(&[("kkkkkkkk", "vvvvvvvv"), ("k", "vvvvvvvv")])],
+                ),
+                "--max-descriptor-bytes",
+            ),
+        ];
+        for (r, flag) in cases {
+            let e = Request::parse(r, &small).unwrap_err();
+            assert!(e.to_string().contains(flag), "{e}");
+        }
+    }
+
+    #[test]
+    fn any_utf8_value_within_bounds_is_accepted() {
+        let r = RateLimitRequest {
+            domain: "d".into(),
+            descriptors: vec![descriptor(&[("k", "_*:\u{0}\n\u{1F600}é/"), ("e", "")])],
+            hits_addend: 0,
+        };
+        let req = Request::try_from(r).unwrap();
+        assert_eq!(req.descriptors[0].entries[0].1, "_*:\u{0}\n\u{1F600}é/");
     }
 }

@@ -44,6 +44,8 @@ pub enum ServeError {
 pub struct ServeOptions {
     /// Longest drain of in-flight requests after shutdown starts.
     pub grace: Duration,
+    /// Largest gRPC request message accepted (`--max-request-bytes`).
+    pub max_request_bytes: usize,
     /// Reload the rules when their directory changes (SIGHUP always reloads).
     pub watch_config: bool,
 }
@@ -105,7 +107,10 @@ pub async fn run(
     );
     let grpc = tonic::transport::Server::builder()
         .add_service(health)
-        .add_service(RateLimitServiceServer::new(limiter.clone()))
+        .add_service(InvalidArgument(
+            RateLimitServiceServer::new(limiter.clone())
+                .max_decoding_message_size(opts.max_request_bytes),
+        ))
         .serve_with_incoming_shutdown(
             nodelay(TcpListenerStream::new(listeners.grpc)),
             token.clone().cancelled_owned(),
@@ -200,4 +205,53 @@ pub fn nodelay(
         }
         conn
     })
+}
+
+/// The RLS service with one rewrite: tonic refuses a message over
+/// `--max-request-bytes` with OUT_OF_RANGE before sluice sees it; that is a
+/// malformed request like any other, so it answers INVALID_ARGUMENT.
+#[derive(Clone)]
+struct InvalidArgument<S>(S);
+
+impl<S: tonic::server::NamedService> tonic::server::NamedService for InvalidArgument<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S, B, R> tonic::codegen::Service<tonic::codegen::http::Request<B>> for InvalidArgument<S>
+where
+    S: tonic::codegen::Service<
+            tonic::codegen::http::Request<B>,
+            Response = tonic::codegen::http::Response<R>,
+        >,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = tonic::codegen::BoxFuture<S::Response, S::Error>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: tonic::codegen::http::Request<B>) -> Self::Future {
+        let answer = self.0.call(req);
+        Box::pin(async move {
+            let mut resp = answer.await?;
+            // Trailers-only answers carry the status in the headers.
+            if resp
+                .headers()
+                .get("grpc-status")
+                .is_some_and(|v| v.as_bytes() == b"11")
+            {
+                resp.headers_mut().insert(
+                    "grpc-status",
+                    tonic::codegen::http::HeaderValue::from_static("3"),
+                );
+            }
+            Ok(resp)
+        })
+    }
 }

@@ -18,7 +18,7 @@ use crate::config::{Domain, LimitDef, LiveRules, Rule};
 use crate::limiter::{self, Counted, Now, Unit, Window};
 use crate::metrics::{Metrics, Outcome, RuleStats};
 use crate::privacy::Privacy;
-use crate::request::{Request, RequestError};
+use crate::request::{Limits, Request, RequestError};
 use crate::store::{CounterKey, Increment, Store, StoreError};
 
 mod metadata;
@@ -32,6 +32,8 @@ pub struct Settings {
     pub dynamic_metadata: bool,
     /// Which entries are email addresses, hashed at the edge.
     pub privacy: Privacy,
+    /// The most one request may carry.
+    pub limits: Limits,
 }
 
 /// Why a request got no decision.
@@ -216,7 +218,7 @@ impl RateLimiter {
     /// Converts, decides and records one protobuf request.
     pub async fn handle(&self, req: RateLimitRequest) -> Result<RateLimitResponse, ServiceError> {
         let started = Instant::now();
-        let result = match Request::try_from(req) {
+        let result = match Request::parse(req, &self.settings.limits) {
             Ok(mut req) => {
                 req.protect(&self.settings.privacy);
                 self.decide(req).await

@@ -50,10 +50,13 @@ impl Pattern {
         let Some(mut rest) = s.strip_prefix(&**first) else {
             return false;
         };
-        let middle = &self.parts[1..self.parts.len().saturating_sub(1)];
+        let middle = self
+            .parts
+            .get(1..self.parts.len().saturating_sub(1))
+            .unwrap_or_default();
         for part in middle {
-            match rest.find(&**part) {
-                Some(i) => rest = &rest[i + part.len()..],
+            match rest.find(&**part).and_then(|i| rest.get(i + part.len()..)) {
+                Some(after) => rest = after,
                 None => return false,
             }
         }

@@ -42,6 +42,10 @@ impl OverLimitCache {
         }
     }
 
+    #[allow(
+        clippy::indexing_slicing,
+        reason = "the index is taken modulo the shard count"
+    )]
     fn shard(&self, key: &CounterKey) -> &Mutex<HashMap<CounterKey, Seen>> {
         &self.shards[self.hasher.hash_one(key) as usize % SHARDS]
     }

@@ -56,7 +56,8 @@ impl CounterKey {
 fn take<'a>(rest: &mut &'a [u8]) -> &'a str {
     let len = rest
         .get(..4)
-        .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize);
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .map_or(0, |b| u32::from_be_bytes(b) as usize);
     let part = rest.get(4..4 + len).unwrap_or_default();
     *rest = rest.get(4 + len..).unwrap_or_default();
     std::str::from_utf8(part).unwrap_or_default()

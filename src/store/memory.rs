@@ -1,39 +1,73 @@
 //! The embedded store: sharded in-process counters for a single instance.
+//!
+//! A counter is 32 bytes in its table: a 128-bit keyed hash stands for the
+//! key (two SipHash runs under random keys, so a client cannot aim two
+//! descriptors at one counter), and window and count take 16 bytes. A million
+//! live keys cost well under 128 bytes each, table slack included.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
 
 use parking_lot::Mutex;
 
-use super::{BoxFuture, CounterKey, Increment, Store, StoreError, StoreHealth};
-use crate::limiter::{Now, WindowStart};
+use super::{BoxFuture, Increment, Store, StoreError, StoreHealth};
+use crate::limiter::Now;
 
 const SHARDS: usize = 64;
 
 #[derive(Debug)]
 struct Slot {
-    start: WindowStart,
+    /// The window's first second; u32 holds Unix seconds until 2106.
+    start: u32,
     /// The first second after the window: the slot is garbage from then on.
-    end: u64,
+    end: u32,
     count: u64,
 }
+
+/// The table's keys are hashes already: use their bits as they are.
+#[derive(Default)]
+struct PreHashed(u64);
+
+impl Hasher for PreHashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u128 keys are hashed here; keep any other input well mixed.
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+
+    fn write_u128(&mut self, n: u128) {
+        self.0 = n as u64;
+    }
+}
+
+type Shard = HashMap<u128, Slot, BuildHasherDefault<PreHashed>>;
 
 /// Counters in memory. Each increment holds one shard's lock for a few
 /// nanoseconds and never across an `.await`, so concurrent requests on one key
 /// are counted exactly.
 #[derive(Debug)]
 pub struct MemoryStore {
-    shards: Box<[Mutex<HashMap<CounterKey, Slot>>]>,
-    hasher: RandomState,
+    shards: Box<[Mutex<Shard>]>,
+    hashers: [RandomState; 2],
 }
 
 impl Default for MemoryStore {
     fn default() -> Self {
         MemoryStore {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-            hasher: RandomState::new(),
+            hashers: [RandomState::new(), RandomState::new()],
         }
     }
+}
+
+/// Seconds since the epoch as stored; saturates rather than wraps.
+fn secs(s: u64) -> u32 {
+    u32::try_from(s).unwrap_or(u32::MAX)
 }
 
 impl MemoryStore {
@@ -42,17 +76,22 @@ impl MemoryStore {
         batch
             .into_iter()
             .map(|inc| {
-                let shard = &self.shards[self.hasher.hash_one(&inc.key) as usize % SHARDS];
+                let bytes = inc.key.as_bytes();
+                let high = self.hashers[0].hash_one(bytes);
+                let id = u128::from(high) << 64 | u128::from(self.hashers[1].hash_one(bytes));
+                #[allow(clippy::indexing_slicing, reason = "taken modulo the shard count")]
+                let shard = &self.shards[high as usize % SHARDS];
+                let (start, end) = (secs(inc.window.start.0), secs(inc.window.end()));
                 let mut map = shard.lock();
-                let slot = map.entry(inc.key.clone()).or_insert(Slot {
-                    start: inc.window.start,
-                    end: inc.window.end(),
+                let slot = map.entry(id).or_insert(Slot {
+                    start,
+                    end,
                     count: 0,
                 });
-                if slot.start != inc.window.start {
+                if slot.start != start {
                     *slot = Slot {
-                        start: inc.window.start,
-                        end: inc.window.end(),
+                        start,
+                        end,
                         count: 0,
                     };
                 }
@@ -68,7 +107,7 @@ impl MemoryStore {
             .iter()
             .map(|shard| {
                 let mut map = shard.lock();
-                map.retain(|_, slot| slot.end > now.0);
+                map.retain(|_, slot| u64::from(slot.end) > now.0);
                 map.len()
             })
             .sum()
@@ -113,6 +152,7 @@ mod tests {
 
     use super::*;
     use crate::limiter::{Unit, Window};
+    use crate::store::CounterKey;
 
     fn inc(v: &str, now: u64) -> Increment {
         Increment {

@@ -7,7 +7,7 @@
 //! increments of concurrent requests share script calls ([`batch`](super::batch));
 //! in a cluster a request sends one script per slot, the slots in parallel.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -211,7 +211,9 @@ impl RedisStore {
                 let mut counts = vec![0; batch.len()];
                 for ((_, idx), group) in groups.iter().zip(results) {
                     for (i, count) in idx.iter().zip(group) {
-                        counts[*i] = count;
+                        if let Some(c) = counts.get_mut(*i) {
+                            *c = count;
+                        }
                     }
                 }
                 Ok(counts)
@@ -228,8 +230,11 @@ impl RedisStore {
         now: Now,
     ) -> Result<Vec<u64>, StoreError> {
         let mut inv = self.script.prepare_invoke();
-        for &i in idx {
-            inv.key(&keys[i]).arg(batch[i].hits).arg(ttl(batch[i], now));
+        for (key, inc) in idx
+            .iter()
+            .filter_map(|&i| Some((keys.get(i)?, batch.get(i)?)))
+        {
+            inv.key(key).arg(inc.hits).arg(ttl(inc, now));
         }
         inv.invoke_async(conn).await.map_err(unavailable)
     }
@@ -262,9 +267,23 @@ pub fn render_key(
     let (domain, entries) = key.parts();
     match format {
         KeyFormat::Sluice => {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
             let digest = Sha256::digest(key.as_bytes());
-            let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-            format!("{prefix}{domain}:{unit}:{window_start}:{hex}")
+            let mut s = String::with_capacity(prefix.len() + domain.len() + unit.len() + 56);
+            s.push_str(prefix);
+            s.push_str(domain);
+            s.push(':');
+            s.push_str(unit);
+            s.push(':');
+            let _ = write!(s, "{window_start}:");
+            for b in digest.iter().take(16) {
+                for nibble in [b >> 4, b & 0xf] {
+                    s.push(char::from(
+                        HEX.get(usize::from(nibble)).copied().unwrap_or(b'0'),
+                    ));
+                }
+            }
+            s
         }
         KeyFormat::Envoyproxy => {
             let mut s = format!("{prefix}{domain}_");

@@ -100,35 +100,36 @@ impl Resilient {
     }
 
     async fn count(&self, batch: &[Increment]) -> Vec<u64> {
-        let mut counts = vec![0; batch.len()];
-        let mut pending: Vec<usize> = Vec::with_capacity(batch.len());
-        for (i, inc) in batch.iter().enumerate() {
-            match self.cache.over(inc) {
-                Some(c) => counts[i] = c,
-                None => pending.push(i),
-            }
+        let cached: Vec<Option<u64>> = batch.iter().map(|inc| self.cache.over(inc)).collect();
+        let ask: Vec<&Increment> = batch
+            .iter()
+            .zip(&cached)
+            .filter(|(_, c)| c.is_none())
+            .map(|(inc, _)| inc)
+            .collect();
+        let hits = batch.len() - ask.len();
+        if hits > 0 {
+            self.metrics.local_cache_hits(hits as u64);
         }
-        let cached = batch.len() - pending.len();
-        if cached > 0 {
-            self.metrics.local_cache_hits(cached as u64);
-        }
-        if pending.is_empty() {
-            return counts;
-        }
-        let ask: Vec<&Increment> = pending.iter().map(|&i| &batch[i]).collect();
-        let got = match self.ask_primary(&ask).await {
-            Ok(got) => {
-                for (inc, c) in ask.iter().zip(&got) {
-                    self.cache.record(inc, *c);
+        let got = if ask.is_empty() {
+            Vec::new()
+        } else {
+            match self.ask_primary(&ask).await {
+                Ok(got) => {
+                    for (inc, c) in ask.iter().zip(&got) {
+                        self.cache.record(inc, *c);
+                    }
+                    got
                 }
-                got
+                Err(()) => self.by_policy(&ask),
             }
-            Err(()) => self.by_policy(&ask),
         };
-        for (i, c) in pending.into_iter().zip(got) {
-            counts[i] = c;
-        }
-        counts
+        // Answers from the store fill the gaps the cache left, in order.
+        let mut got = got.into_iter();
+        cached
+            .into_iter()
+            .map(|c| c.unwrap_or_else(|| got.next().unwrap_or(0)))
+            .collect()
     }
 
     async fn ask_primary(&self, ask: &[&Increment]) -> Result<Vec<u64>, ()> {
