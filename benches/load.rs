@@ -20,8 +20,6 @@ use std::time::{Duration, Instant};
 
 use common::redis::RedisServer;
 use common::{Sluice, eventually};
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use prost::Message;
 
@@ -57,19 +55,7 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 fn grpc_body(descriptors: &[&[(&str, &str)]]) -> Vec<u8> {
     let msg = RateLimitRequest {
         domain: "bench".into(),
-        descriptors: descriptors
-            .iter()
-            .map(|entries| RateLimitDescriptor {
-                entries: entries
-                    .iter()
-                    .map(|(k, v)| Entry {
-                        key: (*k).into(),
-                        value: (*v).into(),
-                    })
-                    .collect(),
-                ..Default::default()
-            })
-            .collect(),
+        descriptors: descriptors.iter().map(|e| common::descriptor(e)).collect(),
         hits_addend: 0,
     }
     .encode_to_vec();

@@ -3,12 +3,14 @@
 //! with the rule count), a whole decision with the memory store, and loading a
 //! directory of 10,000 rules.
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::hint::black_box;
 use std::sync::Arc;
 
+use common::descriptor;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use sluice::config::{LiveRules, LoadOptions, load_dir};
 use sluice::metrics::Metrics;
@@ -65,19 +67,6 @@ fn matching(c: &mut Criterion) {
         });
     }
     group.finish();
-}
-
-fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(k, v)| Entry {
-                key: (*k).into(),
-                value: (*v).into(),
-            })
-            .collect(),
-        ..Default::default()
-    }
 }
 
 fn decision(c: &mut Criterion) {
