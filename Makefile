@@ -3,7 +3,7 @@ CARGO ?= cargo
 # Tests start real servers; keep parallelism sane on small machines.
 TEST_THREADS ?= 4
 
-.PHONY: run build test lint deps envoy bench h2load stack stack-down clean
+.PHONY: run build test lint deps envoy bench h2load fuzz stack stack-down clean
 
 run:
 	$(CARGO) run --release -- serve --config descriptors
@@ -51,6 +51,19 @@ bench: deps h2load
 	$(CARGO) build --release --bin sluice --example noop_rls
 	$(CARGO) bench --bench load
 	$(CARGO) bench --bench matching
+
+# cargo-fuzz on the config loader and the request path, FUZZ_SECONDS each
+# (600 by default). Not part of make test: the inputs worth keeping go to
+# fuzz/regressions/, which make test replays. Needs nightly features, which
+# RUSTC_BOOTSTRAP unlocks on the stable toolchain.
+FUZZ_SECONDS ?= 600
+fuzz:
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	mkdir -p fuzz/corpus/config fuzz/corpus/request
+	cp -n descriptors/*.yaml fuzz/regressions/config/* fuzz/corpus/config/ 2>/dev/null || true
+	cp -n fuzz/regressions/request/* fuzz/corpus/request/ 2>/dev/null || true
+	RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run -O config fuzz/corpus/config -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -timeout=5
+	RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run -O request fuzz/corpus/request -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -timeout=5
 
 h2load:
 	@command -v h2load >/dev/null || { echo "installing h2load (apt: nghttp2-client)"; \

@@ -25,6 +25,7 @@
 pub mod admin;
 pub mod bench;
 pub mod config;
+pub mod fuzzing;
 pub mod limiter;
 pub mod metrics;
 pub mod privacy;

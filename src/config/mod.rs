@@ -96,26 +96,39 @@ pub fn load_dir(dir: &Path, opts: LoadOptions, metrics: &Metrics) -> Result<Rule
     if files.is_empty() {
         return Err(LoadError::Empty(dir.to_path_buf()));
     }
-    let mut parsed = Vec::with_capacity(files.len());
+    let mut texts = Vec::with_capacity(files.len());
+    let mut errors = Vec::new();
+    for file in files {
+        match std::fs::read_to_string(&file) {
+            Ok(text) => texts.push((file, text)),
+            Err(e) => errors.push(ConfigError {
+                file,
+                position: None,
+                field: String::new(),
+                message: format!("error loading config file: {e}"),
+            }),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(LoadError::Invalid(errors));
+    }
+    load_texts(texts, opts, metrics)
+}
+
+/// Validates and compiles rule files already read: `(path, text)` in the
+/// order they were found. [`load_dir`] reads the files and calls this; the
+/// config fuzzer calls it directly.
+pub fn load_texts(
+    texts: Vec<(PathBuf, String)>,
+    opts: LoadOptions,
+    metrics: &Metrics,
+) -> Result<Rules, LoadError> {
+    let mut parsed = Vec::with_capacity(texts.len());
     let mut errors = Vec::new();
     let mut hasher = DefaultHasher::new();
-    for file in &files {
-        let text = match std::fs::read_to_string(file) {
-            Ok(text) => {
-                (file, &text).hash(&mut hasher);
-                text
-            }
-            Err(e) => {
-                errors.push(ConfigError {
-                    file: file.clone(),
-                    position: None,
-                    field: String::new(),
-                    message: format!("error loading config file: {e}"),
-                });
-                continue;
-            }
-        };
-        match parse_file(file, &text) {
+    for (file, text) in &texts {
+        (file, text).hash(&mut hasher);
+        match parse_file(file, text) {
             Ok(df) => parsed.push((file.clone(), df)),
             Err(mut e) => errors.append(&mut e),
         }

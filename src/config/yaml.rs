@@ -129,6 +129,12 @@ pub struct SyntaxError {
     pub position: Option<(u64, u64)>,
 }
 
+/// YAML nesting allowed in a rule file: 16 levels of descriptors (each a
+/// sequence and a map) and then some. Deserializing recurses once per level,
+/// so this bound keeps a hostile file from overflowing a thread's stack,
+/// including the 2 MiB of the threads that reload.
+pub const MAX_DEPTH: usize = 40;
+
 /// Parses one document into a positioned tree. An empty document is `Null`.
 pub fn parse(text: &str) -> Result<Node, SyntaxError> {
     if text.trim().is_empty() {
@@ -138,7 +144,11 @@ pub fn parse(text: &str) -> Result<Node, SyntaxError> {
             Location::UNKNOWN,
         ));
     }
-    serde_saphyr::from_str::<Node>(text).map_err(|e| SyntaxError {
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_depth = MAX_DEPTH;
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
+    serde_saphyr::from_str_with_options::<Node>(text, options).map_err(|e| SyntaxError {
         position: e.location().as_ref().and_then(position),
         message: first_line(&e.to_string()),
     })
