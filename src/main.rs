@@ -382,7 +382,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             limits: args.limits.limits(),
         };
         let store = args.store.build(&metrics)?;
-        let limiter = RateLimiter::new(rules.clone(), store, metrics, settings);
+        let limiter = RateLimiter::new(rules.clone(), store, metrics.clone(), settings);
         for (domain, count) in rules.current().rules.summary() {
             info!(domain, rules = count, "domain loaded");
         }
@@ -399,7 +399,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             CancellationToken::new(),
         )
         .await?;
-        info!("sluice stopped");
+        // The count lets an operator (and the shutdown test) check that every
+        // request sluice decided was answered.
+        info!(answered = metrics.requests_total(), "sluice stopped");
         Ok(ExitCode::SUCCESS)
     })
 }

@@ -153,6 +153,13 @@ impl Metrics {
         rules.entry(key).or_default().clone()
     }
 
+    /// Every ShouldRateLimit call answered so far, whatever the answer.
+    pub fn requests_total(&self) -> u64 {
+        self.requests_ok.load(Relaxed)
+            + self.requests_over.load(Relaxed)
+            + self.requests_invalid.load(Relaxed)
+    }
+
     pub fn request(&self, outcome: Outcome, took: Duration) {
         let c = match outcome {
             Outcome::Ok => &self.requests_ok,

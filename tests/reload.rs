@@ -181,6 +181,34 @@ fn an_emptied_directory_keeps_the_last_rules() {
 }
 
 #[test]
+fn a_deleted_directory_keeps_the_rules_and_a_restored_one_applies() {
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("rules");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("app.yaml"), rules(3)).unwrap();
+    let s = Sluice::start_in(&dir, &[]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(eventually(Duration::from_secs(5), || !readyz(&s)["config"]
+        ["last_error"]
+        .is_null()));
+    assert!(serves_limit(&s, 3), "limits stay in force");
+    assert_eq!(
+        ask_json(&s, "app", "10.0.0.1").0,
+        200,
+        "requests are still answered"
+    );
+    // Restored, as a deploy tool would: a new directory at the same path.
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("app.yaml"), rules(7)).unwrap();
+    // The watch on the old directory died with it; the 2 s poll finds the new one.
+    assert!(
+        eventually(Duration::from_secs(6), || serves_limit(&s, 7)),
+        "restored rules not applied"
+    );
+    assert!(readyz(&s)["config"]["last_error"].is_null());
+}
+
+#[test]
 fn sighup_and_post_reload_force_a_reload() {
     let s = Sluice::start(&[("app.yaml", &rules(1))], &["--no-watch"]);
     std::fs::write(s.dir().join("app.yaml"), rules(2)).unwrap();
