@@ -318,6 +318,36 @@ fn a_stopped_sluice_lets_traffic_through() {
 }
 
 #[test]
+fn envoy_reconnects_to_a_restarted_sluice_and_counts_carry_on() {
+    let mut stack = Stack::start();
+    room_in_window(60, 25);
+    let ip = "198.18.1.1";
+    for i in 0..20 {
+        let r = stack.post_json("/api/auth/login", ip, "{}");
+        assert_eq!(r.status, 200, "login {} before the restart", i + 1);
+    }
+    stack.restart_sluice();
+    // Envoy's connection died with the old process; the first requests on
+    // the new one may still pass unchecked while it reconnects.
+    assert!(
+        eventually(Duration::from_secs(10), || stack
+            .post_json("/api/auth/register", "198.18.1.2", "{}")
+            .header("x-ratelimit-limit")
+            .is_some()),
+        "Envoy never asked the new sluice"
+    );
+    // The count lives in Redis: 10 more logins, then the 31st is refused.
+    for i in 0..10 {
+        let r = stack.post_json("/api/auth/login", ip, "{}");
+        assert_eq!(r.status, 200, "login {} after the restart", 21 + i);
+    }
+    assert_problem(
+        &stack.post_json("/api/auth/login", ip, "{}"),
+        "/api/auth/login",
+    );
+}
+
+#[test]
 fn an_edited_descriptor_changes_what_envoy_enforces() {
     let stack = Stack::start();
     let file = stack.rules_dir().join("api.yaml");

@@ -61,13 +61,19 @@ impl Sluice {
 
     /// Starts sluice on an existing directory and waits until it listens.
     pub fn start_in(dir: &Path, extra: &[&str]) -> Sluice {
+        Sluice::start_at(dir, "127.0.0.1:0", extra)
+    }
+
+    /// Starts sluice with its gRPC listener on `grpc` (to take over from a
+    /// stopped one).
+    pub fn start_at(dir: &Path, grpc: &str, extra: &[&str]) -> Sluice {
         let mut child = Command::new(sluice_bin())
             .arg("serve")
             .arg("--config")
             .arg(dir)
             .args([
                 "--grpc-addr",
-                "127.0.0.1:0",
+                grpc,
                 "--admin-addr",
                 "127.0.0.1:0",
                 "--log-format",

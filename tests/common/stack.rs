@@ -133,6 +133,28 @@ impl Stack {
         stack
     }
 
+    /// Stops sluice and starts a new one on the same gRPC address and Redis,
+    /// as a rolling restart would.
+    pub fn restart_sluice(&mut self) {
+        let mut old = self.sluice.take().expect("sluice running");
+        let grpc = old.grpc.to_string();
+        old.signal("TERM");
+        old.wait(Duration::from_secs(15));
+        let new = Sluice::start_at(
+            &self.rules_dir(),
+            &grpc,
+            &["--redis-url", &self.redis.url(), "--redis-timeout", "150ms"],
+        );
+        assert!(
+            eventually(Duration::from_secs(10), || new
+                .get("/readyz")
+                .1
+                .contains("\"status\":\"ready\"")),
+            "the new sluice never reached Redis"
+        );
+        self.sluice = Some(new);
+    }
+
     /// The private copy of `descriptors/` sluice is watching.
     pub fn rules_dir(&self) -> PathBuf {
         self.dir.path().join("descriptors")
