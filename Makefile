@@ -3,7 +3,7 @@ CARGO ?= cargo
 # Tests start real servers; keep parallelism sane on small machines.
 TEST_THREADS ?= 4
 
-.PHONY: run build test lint deps envoy bench h2load fuzz stack stack-down clean
+.PHONY: run build test lint deps envoy bench h2load fuzz soak stack stack-down clean
 
 run:
 	$(CARGO) run --release -- serve --config descriptors
@@ -51,6 +51,11 @@ bench: deps h2load
 	$(CARGO) build --release --bin sluice --example noop_rls
 	$(CARGO) bench --bench load
 	$(CARGO) bench --bench matching
+
+# Ten minutes at a steady rate with reloads and two Redis restarts; prints
+# memory, descriptors and connections over time (SOAK_SECONDS to shorten).
+soak: deps
+	$(CARGO) bench --bench soak
 
 # cargo-fuzz on the config loader and the request path, FUZZ_SECONDS each
 # (600 by default). Not part of make test: the inputs worth keeping go to

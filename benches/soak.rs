@@ -1,0 +1,146 @@
+//! `make soak`: a bounded run at a steady moderate rate across many keys, with
+//! a reload every 30 s and Redis restarted twice, sampling sluice's resident
+//! memory, open file descriptors and TCP connections every 10 s. The curve
+//! must be flat after warm-up, and the only non-OK answers are the failure
+//! policy's during the Redis gaps (the memory fallback: still OK answers).
+//!
+//! SOAK_SECONDS (600), SOAK_RATE (2000 req/s) and SOAK_KEYS (100000) tune it.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::redis::RedisServer;
+use common::{Sluice, eventually, metric};
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn rules(limit: u64) -> String {
+    format!(
+        "domain: soak\ndescriptors:\n  - key: ip\n    rate_limit: {{unit: minute, requests_per_unit: {limit}}}\n"
+    )
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// (open file descriptors, of which sockets).
+fn fds(pid: u32) -> (usize, usize) {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return (0, 0);
+    };
+    let links: Vec<_> = dir
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .collect();
+    let sockets = links
+        .iter()
+        .filter(|l| l.to_string_lossy().starts_with("socket:"))
+        .count();
+    (links.len(), sockets)
+}
+
+fn main() {
+    let seconds = env_or("SOAK_SECONDS", 600);
+    let rate = env_or("SOAK_RATE", 2000);
+    let keys = env_or("SOAK_KEYS", 100_000);
+    let mut redis = RedisServer::start();
+    let s = Sluice::start(
+        &[("soak.yaml", &rules(1_000_000))],
+        &[
+            "--redis-url",
+            &redis.url(),
+            "--log-level",
+            "warn,sluice=info",
+        ],
+    );
+    assert!(eventually(Duration::from_secs(10), || s
+        .get("/readyz")
+        .1
+        .contains("\"ready\"")));
+    let load = Command::new(common::sluice_bin())
+        .args([
+            "bench",
+            "--target",
+            &s.grpc.to_string(),
+            "--domain",
+            "soak",
+            "--json",
+        ])
+        .args(["--descriptor", "ip=10.{n}", "--keys", &keys.to_string()])
+        .args([
+            "--rate",
+            &rate.to_string(),
+            "--duration",
+            &format!("{seconds}s"),
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("sluice bench");
+    println!(
+        "soak: {seconds}s at {rate} req/s over {keys} keys; reload every 30s; Redis restarted at 1/3 and 2/3\n"
+    );
+    println!("| t (s) | RSS (MiB) | fds | sockets | config generation | store | event |");
+    println!("|---|---|---|---|---|---|---|");
+    let started = Instant::now();
+    let mut next_sample = 0;
+    let mut reloads = 0u64;
+    let mut restarts = 0;
+    while started.elapsed().as_secs() < seconds {
+        let t = started.elapsed().as_secs();
+        let mut event = String::new();
+        if t >= (reloads + 1) * 30 {
+            reloads += 1;
+            // Alternate two generous limits: a real change each time.
+            let limit = if reloads % 2 == 0 { 1_000_000 } else { 999_999 };
+            std::fs::write(s.dir().join("soak.yaml"), rules(limit)).expect("write rules");
+            event = format!("reload {reloads}");
+        }
+        if restarts < 2 && t >= seconds * (restarts + 1) / 3 {
+            restarts += 1;
+            redis.restart();
+            event = format!("{event} redis restart {restarts}");
+        }
+        if t >= next_sample {
+            next_sample += 10;
+            let (all, sockets) = fds(s.pid());
+            let ready: serde_json::Value =
+                serde_json::from_str(&s.get("/readyz").1).unwrap_or_default();
+            println!(
+                "| {t} | {:.1} | {all} | {sockets} | {} | {} | {event} |",
+                rss_kib(s.pid()) as f64 / 1024.0,
+                ready["config"]["generation"],
+                ready["store"]["in_use"].as_str().unwrap_or("?"),
+            );
+        } else if !event.is_empty() {
+            println!("| {t} | | | | | | {event} |");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let out = load.wait_with_output().expect("bench result");
+    let report = String::from_utf8_lossy(&out.stdout);
+    let (_, metrics) = s.get("/metrics");
+    println!("\nload: {}", report.trim());
+    println!(
+        "decided by the failure policy during the Redis gaps: {}; store errors: timeout {}, error {}",
+        metric(
+            &metrics,
+            "sluice_store_policy_decisions_total{policy=\"fallback\"}"
+        )
+        .unwrap_or(0.0),
+        metric(&metrics, "sluice_store_errors_total{kind=\"timeout\"}").unwrap_or(0.0),
+        metric(&metrics, "sluice_store_errors_total{kind=\"error\"}").unwrap_or(0.0),
+    );
+}
