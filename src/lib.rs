@@ -7,6 +7,7 @@
 //! - [`store`]: counter stores behind one trait.
 //! - [`privacy`]: email values normalised and hashed at the edge.
 //! - [`service`]: the gRPC `ShouldRateLimit` handler; [`admin`]: HTTP endpoints.
+//! - [`tls`]: optional (mutual) TLS on the gRPC listener, reloaded on change.
 //! - [`server`]: runs both on caller-bound listeners with one shutdown path.
 
 #![forbid(unsafe_code)]
@@ -34,3 +35,4 @@ pub mod request;
 pub mod server;
 pub mod service;
 pub mod store;
+pub mod tls;

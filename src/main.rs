@@ -16,6 +16,7 @@ use sluice::server::{self, Listeners, ServeOptions};
 use sluice::service::{RateLimiter, Settings};
 use sluice::store::redis::{KeyFormat, RedisConfig, RedisStore, Target};
 use sluice::store::{FailurePolicy, MemoryStore, Resilient, Store};
+use sluice::tls::{Tls, TlsFiles};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
@@ -120,6 +121,15 @@ struct ServeArgs {
     key_hash_secret: Option<String>,
     #[command(flatten)]
     limits: LimitArgs,
+    /// Serve gRPC over TLS with this certificate chain (PEM); reloaded on change.
+    #[arg(long, env = "SLUICE_GRPC_TLS_CERT", requires = "grpc_tls_key")]
+    grpc_tls_cert: Option<PathBuf>,
+    /// The private key of --grpc-tls-cert (PEM).
+    #[arg(long, env = "SLUICE_GRPC_TLS_KEY", requires = "grpc_tls_cert")]
+    grpc_tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA (PEM): mutual TLS.
+    #[arg(long, env = "SLUICE_GRPC_TLS_CLIENT_CA", requires = "grpc_tls_cert")]
+    grpc_tls_client_ca: Option<PathBuf>,
     /// Threads that serve requests (default: one per CPU core).
     #[arg(long, env = "SLUICE_WORKER_THREADS")]
     worker_threads: Option<usize>,
@@ -355,6 +365,17 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::FAILURE);
         }
     };
+    let tls = match (&args.grpc_tls_cert, &args.grpc_tls_key) {
+        (Some(cert), Some(key)) => Some(Arc::new(
+            Tls::new(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: args.grpc_tls_client_ca.clone(),
+            })
+            .context("--grpc-tls-*")?,
+        )),
+        _ => None,
+    };
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = args.worker_threads {
         runtime.worker_threads(n.max(1));
@@ -390,6 +411,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             grace: args.shutdown_grace,
             watch_config: !args.no_watch,
             max_request_bytes: args.limits.max_request_bytes,
+            tls,
         };
         server::run(
             listeners,

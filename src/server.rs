@@ -18,6 +18,11 @@ use crate::admin::{self, AdminState};
 use crate::config::watch;
 use crate::limiter::Now;
 use crate::service::RateLimiter;
+use crate::tls::{self, Tls};
+
+/// The gRPC server, plain or TLS, as one type.
+type GrpcFuture =
+    std::pin::Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>>;
 
 /// The gRPC service name Envoy and Kubernetes probes ask about.
 pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
@@ -40,12 +45,14 @@ pub enum ServeError {
 }
 
 /// How to serve.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 pub struct ServeOptions {
     /// Longest drain of in-flight requests after shutdown starts.
     pub grace: Duration,
     /// Largest gRPC request message accepted (`--max-request-bytes`).
     pub max_request_bytes: usize,
+    /// TLS (or mutual TLS) on the gRPC listener; plain TCP when `None`.
+    pub tls: Option<Arc<Tls>>,
     /// Reload the rules when their directory changes (SIGHUP always reloads).
     pub watch_config: bool,
 }
@@ -105,16 +112,30 @@ pub async fn run(
         store = limiter.store().health().backend,
         "sluice listening"
     );
-    let grpc = tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         .add_service(health)
         .add_service(InvalidArgument(
             RateLimitServiceServer::new(limiter.clone())
                 .max_decoding_message_size(opts.max_request_bytes),
-        ))
-        .serve_with_incoming_shutdown(
-            nodelay(TcpListenerStream::new(listeners.grpc)),
-            token.clone().cancelled_owned(),
-        );
+        ));
+    let stop = token.clone().cancelled_owned();
+    let (grpc, tls_task): (GrpcFuture, _) = match opts.tls {
+        Some(tls) => {
+            info!(mutual = tls.mutual(), "gRPC listener speaks TLS");
+            let incoming = tls::incoming(listeners.grpc, tls.clone(), token.clone());
+            (
+                Box::pin(router.serve_with_incoming_shutdown(incoming, stop)),
+                Some(tokio::spawn(tls.watch(token.clone()))),
+            )
+        }
+        None => (
+            Box::pin(router.serve_with_incoming_shutdown(
+                nodelay(TcpListenerStream::new(listeners.grpc)),
+                stop,
+            )),
+            None,
+        ),
+    };
     let admin = admin::run(
         listeners.admin,
         AdminState { limiter, draining },
@@ -144,6 +165,9 @@ pub async fn run(
         let _ = t.await;
     }
     let _ = watcher.await;
+    if let Some(t) = tls_task {
+        let _ = t.await;
+    }
     let _ = stopper.await;
     result
 }

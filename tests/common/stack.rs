@@ -236,7 +236,7 @@ impl Drop for Stack {
     }
 }
 
-fn start_upstream() -> (Child, u16) {
+pub fn start_upstream() -> (Child, u16) {
     let mut child = Command::new("python3")
         .arg(workspace().join("envoy/upstream.py"))
         .args(["--host", "127.0.0.1", "--port", "0"])

@@ -1,0 +1,230 @@
+//! Optional TLS on the gRPC listener, and mutual TLS when a client CA is given
+//! (Envoy presents its client certificate). The files are checked every
+//! second; a changed certificate, key or CA is loaded and used for new
+//! connections, and a broken one keeps the last good configuration.
+
+use std::io;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use arc_swap::ArcSwap;
+use rustls::ServerConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+/// Longest a client may take to finish its handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where the PEM files are.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// Require client certificates signed by this CA.
+    pub client_ca: Option<PathBuf>,
+}
+
+/// Why a TLS configuration could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("{path}: {message}")]
+    File { path: String, message: String },
+    #[error("TLS configuration: {0}")]
+    Config(String),
+}
+
+fn file_error(path: &std::path::Path, e: impl std::fmt::Display) -> TlsError {
+    TlsError::File {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    }
+}
+
+/// The live TLS configuration; each new connection takes the current one.
+pub struct Tls {
+    files: TlsFiles,
+    config: ArcSwap<ServerConfig>,
+}
+
+impl Tls {
+    /// Loads the files now: a bad file fails startup.
+    pub fn new(files: TlsFiles) -> Result<Tls, TlsError> {
+        let config = build(&files)?;
+        Ok(Tls {
+            files,
+            config: ArcSwap::from(config),
+        })
+    }
+
+    pub fn mutual(&self) -> bool {
+        self.files.client_ca.is_some()
+    }
+
+    /// Reloads when a file changed, until `token` is cancelled.
+    pub async fn watch(self: Arc<Self>, token: CancellationToken) {
+        let mut seen = self.stamp();
+        let mut failed = false;
+        loop {
+            tokio::select! {
+                () = token.cancelled() => return,
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+            let now = self.stamp();
+            if now == seen {
+                continue;
+            }
+            match build(&self.files) {
+                Ok(config) => {
+                    self.config.store(config);
+                    seen = now;
+                    failed = false;
+                    info!(cert = %self.files.cert.display(), "gRPC TLS certificates reloaded");
+                }
+                // Half-written files are common mid-rotation: retry, log once.
+                Err(e) if !failed => {
+                    failed = true;
+                    warn!(error = %e, "gRPC TLS reload failed; the previous certificates stay");
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    fn stamp(&self) -> Vec<Option<(SystemTime, u64)>> {
+        let f = &self.files;
+        [Some(&f.cert), Some(&f.key), f.client_ca.as_ref()]
+            .into_iter()
+            .flatten()
+            .map(|p| {
+                std::fs::metadata(p)
+                    .ok()
+                    .and_then(|m| Some((m.modified().ok()?, m.len())))
+            })
+            .collect()
+    }
+}
+
+fn build(files: &TlsFiles) -> Result<Arc<ServerConfig>, TlsError> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert)
+        .map_err(|e| file_error(&files.cert, e))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| file_error(&files.cert, e))?;
+    if certs.is_empty() {
+        return Err(file_error(&files.cert, "no certificate in the file"));
+    }
+    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| file_error(&files.key, e))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let builder = match &files.client_ca {
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_file_iter(ca).map_err(|e| file_error(ca, e))? {
+                roots
+                    .add(cert.map_err(|e| file_error(ca, e))?)
+                    .map_err(|e| file_error(ca, e))?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| file_error(ca, e))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// An accepted TLS connection, as tonic wants it.
+pub struct TlsConn(TlsStream<TcpStream>);
+
+impl tonic::transport::server::Connected for TlsConn {
+    type ConnectInfo = ();
+
+    fn connect_info(&self) -> Self::ConnectInfo {}
+}
+
+impl AsyncRead for TlsConn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for TlsConn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+/// Accepts on `listener` and hands on connections whose handshake succeeded.
+/// Handshakes run in their own tasks, so a slow or hostile client holds up
+/// nobody; a failed one is logged at debug and dropped. Accepting stops when
+/// the server drops the stream or `token` is cancelled.
+pub fn incoming(
+    listener: TcpListener,
+    tls: Arc<Tls>,
+    token: CancellationToken,
+) -> tokio_stream::wrappers::ReceiverStream<io::Result<TlsConn>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let stream = tokio::select! {
+                () = token.cancelled() => return,
+                () = tx.closed() => return,
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // Out of descriptors and the like: pause, keep serving.
+                        warn!(error = %e, "gRPC accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            // Best effort, as for plain connections.
+            let _ = stream.set_nodelay(true);
+            let acceptor = TlsAcceptor::from(tls.config.load_full());
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                    Ok(Ok(conn)) => {
+                        let _ = tx.send(Ok(TlsConn(conn))).await;
+                    }
+                    Ok(Err(e)) => debug!(error = %e, "gRPC TLS handshake failed"),
+                    Err(_) => debug!("gRPC TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}

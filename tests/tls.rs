@@ -1,0 +1,222 @@
+//! TLS and mutual TLS on the gRPC listener, with Envoy as the client: Envoy
+//! with a certificate from the client CA is served; one without is refused
+//! (and, failing open, passes unchecked); a rotated server certificate is
+//! picked up without a restart.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::redis::free_port;
+use common::stack::{envoy_bin, start_upstream};
+use common::{Sluice, eventually};
+
+const RULES: &str = "
+domain: tls
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 2}
+";
+
+fn sh(dir: &Path, script: &str) -> String {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .output()
+        .expect("sh");
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A CA, a certificate it signs for `name` (server or client), and a
+/// stranger's self-signed client certificate.
+fn certificates(dir: &Path) {
+    sh(
+        dir,
+        "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=sluice-test-ca 2>/dev/null && \
+         printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > san.ext && \
+         for who in server client; do \
+           openssl req -newkey rsa:2048 -nodes -keyout $who.key -out $who.csr -subj /CN=$who-1 2>/dev/null && \
+           openssl x509 -req -in $who.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out $who.pem -days 2 -extfile san.ext 2>/dev/null; \
+         done && \
+         openssl req -x509 -newkey rsa:2048 -nodes -keyout stranger.key -out stranger.pem -days 2 -subj /CN=stranger 2>/dev/null",
+    );
+}
+
+fn envoy(dir: &Path, name: &str, sluice: &str, upstream: u16, client: &str) -> (Child, u16) {
+    let port = free_port();
+    let d = dir.display();
+    let config = format!(
+        r#"
+static_resources:
+  listeners:
+  - address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          '@type': type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: tls
+          http_filters:
+          - name: envoy.filters.http.ratelimit
+            typed_config:
+              '@type': type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+              domain: tls
+              timeout: 1s
+              failure_mode_deny: false
+              enable_x_ratelimit_headers: DRAFT_VERSION_03
+              rate_limit_service:
+                transport_api_version: V3
+                grpc_service: {{envoy_grpc: {{cluster_name: sluice}}}}
+          - name: envoy.filters.http.router
+            typed_config: {{'@type': type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ['*']
+              routes:
+              - match: {{prefix: /}}
+                route:
+                  cluster: upstream
+                  rate_limits: [{{actions: [{{generic_key: {{descriptor_key: k, descriptor_value: v}}}}]}}]
+  clusters:
+  - name: sluice
+    type: STATIC
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        '@type': type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {{http2_protocol_options: {{}}}}
+    transport_socket:
+      name: envoy.transport_sockets.tls
+      typed_config:
+        '@type': type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+        common_tls_context:
+          alpn_protocols: [h2]
+          tls_certificates: [{{certificate_chain: {{filename: {d}/{client}.pem}}, private_key: {{filename: {d}/{client}.key}}}}]
+          validation_context: {{trusted_ca: {{filename: {d}/ca.pem}}}}
+    load_assignment:
+      cluster_name: sluice
+      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {sluice_port}}}}}}}}}]}}]
+  - name: upstream
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: upstream
+      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {upstream}}}}}}}}}]}}]
+"#,
+        sluice_port = sluice.rsplit(':').next().expect("port"),
+    );
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(&path, config).expect("write envoy config");
+    let log = std::fs::File::create(dir.join(format!("{name}.log"))).expect("log");
+    let child = Command::new(envoy_bin())
+        .arg("-c")
+        .arg(&path)
+        .args(["--disable-hot-restart", "--log-level", "warning"])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("envoy");
+    (child, port)
+}
+
+/// Status and whether Envoy added rate-limit headers (it asked sluice).
+fn get(port: u16) -> Option<(u16, bool)> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(5)))
+        .build()
+        .into();
+    let r = agent.get(format!("http://127.0.0.1:{port}/")).call().ok()?;
+    Some((
+        r.status().as_u16(),
+        r.headers().contains_key("x-ratelimit-limit"),
+    ))
+}
+
+struct Kill(Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn served_subject(dir: &Path, port: u16) -> String {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "openssl s_client -connect 127.0.0.1:{port} -CAfile ca.pem -cert client.pem -key client.key -alpn h2 </dev/null 2>/dev/null | openssl x509 -noout -subject"
+        ))
+        .current_dir(dir)
+        .output()
+        .expect("openssl");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn mutual_tls_serves_envoy_refuses_strangers_and_rotates_certificates() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    certificates(d);
+    let s = Sluice::start(
+        &[("tls.yaml", RULES)],
+        &[
+            "--grpc-tls-cert",
+            &d.join("server.pem").display().to_string(),
+            "--grpc-tls-key",
+            &d.join("server.key").display().to_string(),
+            "--grpc-tls-client-ca",
+            &d.join("ca.pem").display().to_string(),
+        ],
+    );
+    let (upstream, upstream_port) = start_upstream();
+    let _upstream = Kill(upstream);
+    let grpc = s.grpc.to_string();
+
+    // Envoy with a client certificate from the CA: counted and limited.
+    let (trusted, port) = envoy(d, "trusted", &grpc, upstream_port, "client");
+    let _trusted = Kill(trusted);
+    assert!(
+        eventually(Duration::from_secs(30), || get(port)
+            .is_some_and(|(_, asked)| asked)),
+        "Envoy never got an answer over mutual TLS: {}",
+        std::fs::read_to_string(d.join("trusted.log")).unwrap_or_default()
+    );
+    // The first answered request spent 1 of 2.
+    assert_eq!(get(port), Some((200, true)));
+    assert_eq!(get(port).map(|r| r.0), Some(429));
+
+    // A stranger's certificate: the handshake fails, so Envoy fails open and
+    // sluice never counts it.
+    let (stranger, port) = envoy(d, "stranger", &grpc, upstream_port, "stranger");
+    let _stranger = Kill(stranger);
+    assert!(eventually(Duration::from_secs(30), || get(port).is_some()));
+    for _ in 0..3 {
+        assert_eq!(get(port), Some((200, false)), "a stranger was served");
+    }
+
+    // Rotation: new server certificate files are used for new connections.
+    assert!(served_subject(d, s.grpc.port()).contains("server-1"));
+    sh(
+        d,
+        "openssl req -newkey rsa:2048 -nodes -keyout new.key -out new.csr -subj /CN=server-2 2>/dev/null && \
+         openssl x509 -req -in new.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out new.pem -days 2 -extfile san.ext 2>/dev/null && \
+         mv new.key server.key && mv new.pem server.pem",
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || served_subject(d, s.grpc.port())
+            .contains("server-2")),
+        "the rotated certificate was not picked up"
+    );
+    assert!(s.logs_contain("gRPC TLS certificates reloaded"));
+}
