@@ -104,7 +104,11 @@ fn main() {
         if t >= (reloads + 1) * 30 {
             reloads += 1;
             // Alternate two generous limits: a real change each time.
-            let limit = if reloads.is_multiple_of(2) { 1_000_000 } else { 999_999 };
+            let limit = if reloads.is_multiple_of(2) {
+                1_000_000
+            } else {
+                999_999
+            };
             std::fs::write(s.dir().join("soak.yaml"), rules(limit)).expect("write rules");
             event = format!("reload {reloads}");
         }

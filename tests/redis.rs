@@ -428,3 +428,70 @@ async fn a_redis_cluster_counts_requests_spanning_slots() {
     let admitted = admitted(&clients, 200, "shop", ("hot", "cluster")).await;
     assert_eq!(admitted, 100);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_master_failover_is_ridden_out_and_counting_resumes() {
+    let mut cluster = RedisCluster::start_with(1);
+    let seeds = cluster.seeds();
+    let s = start(&["--redis-cluster", &seeds, "--redis-timeout", "200ms"]);
+    wait_ready(&s);
+    let mut c = s.client().await;
+    assert_eq!(
+        ask(&mut c, "shop", &[("a", "before")]).await.overall_code,
+        OK
+    );
+    let masters = cluster.masters();
+    assert_eq!(masters.len(), 3, "three masters");
+    cluster.nodes[masters[0]].kill();
+    // Through the failover every request is answered (by the fallback while
+    // the cluster is short of a master), none fails.
+    let mut n = 0;
+    let recovered = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            n += 1;
+            let key = format!("during-{n}");
+            let r = c
+                .should_rate_limit(request(
+                    "shop",
+                    ["a", "b", "c", "d"]
+                        .iter()
+                        .map(|k| descriptor(&[(k, &key)]))
+                        .collect(),
+                ))
+                .await;
+            assert!(r.is_ok(), "request {n} failed during failover: {r:?}");
+            if ready(&s) && cluster.masters().len() == 3 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(
+        recovered.is_ok(),
+        "no recovery after {n} requests: {}",
+        s.logs
+            .lock()
+            .unwrap()
+            .iter()
+            .rev()
+            .take(30)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // Counting is in the cluster again, exact: the limit of `a` is 2.
+    let key = "after-failover";
+    let mut codes = Vec::new();
+    for _ in 0..3 {
+        codes.push(ask(&mut c, "shop", &[("a", key)]).await.overall_code);
+    }
+    assert_eq!(codes, [OK, OK, OVER]);
+    let stored: u64 = cluster
+        .nodes
+        .iter()
+        .filter(|node| node.cli(&["role"]).starts_with("master"))
+        .map(|node| node.cli(&["dbsize"]).trim().parse::<u64>().unwrap_or(0))
+        .sum();
+    assert!(stored > 0, "counters live in the cluster again");
+}

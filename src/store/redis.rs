@@ -173,6 +173,19 @@ impl RedisStore {
                     .map_err(unavailable)?;
                 let mut conn = client.get_async_connection().await.map_err(unavailable)?;
                 ping(&mut conn).await?;
+                // A PING reaches any node; a cluster short of a master (before
+                // its replica takes over) still answers it, and would be
+                // declared back only to fail again on that master's slots.
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(unavailable)?;
+                if !info.contains("cluster_state:ok") {
+                    return Err(StoreError::Unavailable(
+                        "cluster_state is not ok (a master is down and not yet replaced)".into(),
+                    ));
+                }
                 Live::Cluster(conn)
             }
         };

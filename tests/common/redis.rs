@@ -16,6 +16,17 @@ pub struct RedisServer {
     cluster: bool,
 }
 
+/// A port for a cluster node: its bus port (port + 10000) must be free and
+/// valid too.
+pub fn free_cluster_port() -> u16 {
+    loop {
+        let p = free_port();
+        if p < 55_000 && TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok() {
+            return p;
+        }
+    }
+}
+
 /// A port nobody listens on right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -42,6 +53,10 @@ fn spawn_with(dir: &Path, cluster: bool, listen: &[&str]) -> Child {
             "yes",
             "--cluster-config-file",
             "nodes.conf",
+            "--cluster-node-timeout",
+            "1000",
+            "--repl-diskless-sync-delay",
+            "0",
         ]);
     }
     cmd.spawn().expect("redis-server (make test installs it)")
@@ -238,13 +253,24 @@ pub struct RedisCluster {
 }
 
 impl RedisCluster {
+    /// Three masters, no replicas.
     pub fn start() -> RedisCluster {
-        let nodes: Vec<RedisServer> = (0..3)
-            .map(|_| RedisServer::start_on(free_port(), true))
+        RedisCluster::start_with(0)
+    }
+
+    /// Three masters with `replicas` replicas each; a replica takes over
+    /// about two seconds after its master dies.
+    pub fn start_with(replicas: usize) -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
+            .map(|_| RedisServer::start_on(free_cluster_port(), true))
             .collect();
         let mut args = vec!["--cluster".to_owned(), "create".to_owned()];
         args.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)));
-        args.extend(["--cluster-replicas", "0", "--cluster-yes"].map(String::from));
+        args.extend([
+            "--cluster-replicas".to_owned(),
+            replicas.to_string(),
+            "--cluster-yes".to_owned(),
+        ]);
         let out = Command::new("redis-cli")
             .args(&args)
             .output()
@@ -263,7 +289,25 @@ impl RedisCluster {
                 n.port
             );
         }
+        // A replica can take over only once it has synced with its master.
+        for n in &nodes {
+            assert!(
+                eventually(Duration::from_secs(30), || {
+                    let r = n.cli(&["info", "replication"]);
+                    r.contains("role:master") || r.contains("master_link_status:up")
+                }),
+                "replica on {} never synced",
+                n.port
+            );
+        }
         RedisCluster { nodes }
+    }
+
+    /// The nodes that answer `ROLE` with `master`.
+    pub fn masters(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].cli(&["role"]).starts_with("master"))
+            .collect()
     }
 
     pub fn seeds(&self) -> String {
