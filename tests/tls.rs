@@ -6,11 +6,11 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use common::redis::free_port;
-use common::stack::{envoy_bin, start_upstream};
+use common::stack::{spawn_envoy, start_upstream};
 use common::{Sluice, eventually};
 
 const RULES: &str = "
@@ -116,16 +116,7 @@ static_resources:
     );
     let path = dir.join(format!("{name}.yaml"));
     std::fs::write(&path, config).expect("write envoy config");
-    let log = std::fs::File::create(dir.join(format!("{name}.log"))).expect("log");
-    let child = Command::new(envoy_bin())
-        .arg("-c")
-        .arg(&path)
-        .args(["--disable-hot-restart", "--log-level", "warning"])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log)
-        .spawn()
-        .expect("envoy");
+    let child = spawn_envoy(&path, &dir.join(format!("{name}.log")));
     (child, port)
 }
 

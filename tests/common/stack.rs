@@ -25,6 +25,21 @@ pub fn envoy_bin() -> PathBuf {
     path
 }
 
+/// Starts Envoy on `config`, its output in `log`. Hot restart is off, so
+/// several Envoys can run at once.
+pub fn spawn_envoy(config: &std::path::Path, log: &std::path::Path) -> Child {
+    let log = std::fs::File::create(log).expect("log");
+    Command::new(envoy_bin())
+        .arg("-c")
+        .arg(config)
+        .args(["--disable-hot-restart", "--log-level", "warning"])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("spawn envoy")
+}
+
 /// What a client saw.
 #[derive(Debug)]
 pub struct Reply {
@@ -94,16 +109,7 @@ impl Stack {
             .status()
             .expect("python3 envoy/stack.py render");
         assert!(rendered.success(), "render failed");
-        let log = std::fs::File::create(dir.path().join("envoy.log")).expect("log");
-        let envoy = Command::new(envoy_bin())
-            .arg("-c")
-            .arg(&config)
-            .args(["--disable-hot-restart", "--log-level", "warning"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn envoy");
+        let envoy = spawn_envoy(&config, &dir.path().join("envoy.log"));
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(10)))
