@@ -99,9 +99,17 @@ pub fn request(data: &[u8]) {
     let Ok(mut req) = RateLimitRequest::decode(data) else {
         return;
     };
-    // Most decoded messages name no domain sluice knows; aim half at one.
+    // Most decoded messages name no domain or key sluice knows: aim half of
+    // them at the rules, so the fuzzer explores matching and counting.
     if data.first().is_some_and(|b| b % 2 == 0) {
         req.domain = "fuzz".into();
+        const KEYS: [&str; 7] = ["k", "w", "s", "n", "m", "q", "email"];
+        for d in &mut req.descriptors {
+            for (i, e) in d.entries.iter_mut().enumerate() {
+                let pick = (e.key.len() + i) % KEYS.len();
+                e.key = KEYS.get(pick).copied().unwrap_or("k").to_owned();
+            }
+        }
     }
     let (runtime, limiter) = limiter();
     let _ = runtime.block_on(limiter.handle(req));
