@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::redis::{RedisCluster, RedisServer, free_port};
+use common::redis::{DelayProxy, RedisCluster, RedisServer, free_port};
 use common::*;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
@@ -293,6 +293,38 @@ async fn a_stopped_redis_is_a_timeout_not_a_stall() {
     assert!(
         eventually(Duration::from_secs(10), || ready(&s)),
         "sluice did not return after SIGCONT"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_redis_stays_down_until_it_answers_in_time() {
+    let redis = RedisServer::start();
+    let proxy = DelayProxy::start(redis.port);
+    let url = format!("redis://127.0.0.1:{}", proxy.port);
+    let s = start(&["--redis-url", &url, "--redis-timeout", "50ms"]);
+    wait_ready(&s);
+    let mut c = s.client().await;
+    proxy.set_delay(300);
+    // Slower than the timeout: every request still answered, by the policy.
+    for i in 0..40 {
+        ask_within(&mut c, &[("ip", &format!("slow-{i}"))]).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(s.get("/readyz").1.contains("\"status\":\"degraded\""));
+    // It answers PING, but too late: sluice must not keep taking it back.
+    assert!(
+        !s.logs_contain("store back"),
+        "a Redis slower than --redis-timeout was declared back"
+    );
+    proxy.set_delay(0);
+    assert!(
+        eventually(Duration::from_secs(10), || ready(&s)),
+        "sluice did not return once Redis was fast again"
+    );
+    ask_within(&mut c, &[("ip", "after-slow")]).await;
+    assert!(
+        redis.cli(&["dbsize"]).trim() != "0",
+        "counting in Redis again"
     );
 }
 

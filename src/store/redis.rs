@@ -151,8 +151,10 @@ impl RedisStore {
     }
 
     /// Opens fresh connections, checks them with PING and swaps them in.
-    pub async fn connect(&self) -> Result<(), StoreError> {
-        let live = match &self.config.target {
+    /// Returns how long the PING took, so the caller can tell a Redis that
+    /// answers from one that answers in time.
+    pub async fn connect(&self) -> Result<Duration, StoreError> {
+        let (live, rtt) = match &self.config.target {
             Target::Single(url) => {
                 let manager = RedisConnectionManager::new(url.as_str()).map_err(unavailable)?;
                 let pool = bb8::Pool::builder()
@@ -162,9 +164,12 @@ impl RedisStore {
                     .test_on_check_out(false)
                     .build_unchecked(manager);
                 let mut conn = pool.get().await.map_err(unavailable)?.clone();
-                ping(&mut conn).await?;
+                let rtt = ping(&mut conn).await?;
                 let in_flight = usize::try_from(self.config.pool_size).unwrap_or(1);
-                Live::Single(Batcher::start(pool, self.script.clone(), in_flight))
+                (
+                    Live::Single(Batcher::start(pool, self.script.clone(), in_flight)),
+                    rtt,
+                )
             }
             Target::Cluster(_) => {
                 let client = redis::cluster::ClusterClient::builder(seeds(&self.config.target))
@@ -172,7 +177,7 @@ impl RedisStore {
                     .build()
                     .map_err(unavailable)?;
                 let mut conn = client.get_async_connection().await.map_err(unavailable)?;
-                ping(&mut conn).await?;
+                let rtt = ping(&mut conn).await?;
                 // A PING reaches any node; a cluster short of a master (before
                 // its replica takes over) still answers it, and would be
                 // declared back only to fail again on that master's slots.
@@ -186,11 +191,11 @@ impl RedisStore {
                         "cluster_state is not ok (a master is down and not yet replaced)".into(),
                     ));
                 }
-                Live::Cluster(conn)
+                (Live::Cluster(conn), rtt)
             }
         };
         self.live.store(Some(Arc::new(live)));
-        Ok(())
+        Ok(rtt)
     }
 
     /// Runs the increment script for the batch; counts come back in batch order.
@@ -312,13 +317,14 @@ pub fn render_key(
     }
 }
 
-async fn ping(conn: &mut impl redis::aio::ConnectionLike) -> Result<(), StoreError> {
+async fn ping(conn: &mut impl redis::aio::ConnectionLike) -> Result<Duration, StoreError> {
+    let started = std::time::Instant::now();
     let pong: String = redis::cmd("PING")
         .query_async(conn)
         .await
         .map_err(unavailable)?;
     if pong == "PONG" {
-        Ok(())
+        Ok(started.elapsed())
     } else {
         Err(StoreError::Unavailable(format!("PING answered {pong}")))
     }

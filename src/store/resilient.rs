@@ -209,7 +209,21 @@ impl Resilient {
                     () = token.cancelled() => return,
                 }
                 let attempt = tokio::time::timeout(PROBE_MAX, self.primary.connect()).await;
-                match attempt.unwrap_or(Err(StoreError::Timeout)) {
+                // A Redis that answers, but slower than a request may wait,
+                // is still down: taking it back would only fail every request
+                // again after a full timeout each.
+                let attempt = attempt.unwrap_or(Err(StoreError::Timeout)).and_then(|rtt| {
+                    if rtt > self.timeout {
+                        Err(StoreError::Unavailable(format!(
+                            "PING took {} ms, more than --redis-timeout {} ms",
+                            rtt.as_millis(),
+                            self.timeout.as_millis()
+                        )))
+                    } else {
+                        Ok(())
+                    }
+                });
+                match attempt {
                     Ok(()) => {
                         let down_for = self.down.lock().since.elapsed();
                         self.failures.store(0, Relaxed);
