@@ -247,11 +247,13 @@ where
             tonic::codegen::http::Request<B>,
             Response = tonic::codegen::http::Response<R>,
         >,
-    S::Future: Send + 'static,
+    // tonic's generated services answer with a boxed future already, so
+    // wrapping it costs no allocation.
+    S::Future: Unpin,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = tonic::codegen::BoxFuture<S::Response, S::Error>;
+    type Future = Rewrite<S::Future>;
 
     fn poll_ready(
         &mut self,
@@ -261,9 +263,24 @@ where
     }
 
     fn call(&mut self, req: tonic::codegen::http::Request<B>) -> Self::Future {
-        let answer = self.0.call(req);
-        Box::pin(async move {
-            let mut resp = answer.await?;
+        Rewrite(self.0.call(req))
+    }
+}
+
+/// The answer of [`InvalidArgument`], rewritten as it completes.
+pub struct Rewrite<F>(F);
+
+impl<F, R, E> Future for Rewrite<F>
+where
+    F: Future<Output = Result<tonic::codegen::http::Response<R>, E>> + Unpin,
+{
+    type Output = F::Output;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx).map_ok(|mut resp| {
             // Trailers-only answers carry the status in the headers.
             if resp
                 .headers()
@@ -275,7 +292,7 @@ where
                     tonic::codegen::http::HeaderValue::from_static("3"),
                 );
             }
-            Ok(resp)
+            resp
         })
     }
 }
