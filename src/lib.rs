@@ -27,6 +27,7 @@ pub mod admin;
 pub mod bench;
 pub mod config;
 pub mod fuzzing;
+pub mod hex;
 pub mod limiter;
 pub mod metrics;
 pub mod privacy;

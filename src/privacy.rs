@@ -5,17 +5,18 @@
 //! Normalising first makes `A+1@Example.com` and `a+2@example.com` one
 //! mailbox, as the mail provider delivers them to one inbox.
 
-use std::fmt::Write as _;
-
-use hmac::{KeyInit, Mac};
+use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Digest, Sha256};
+
+use crate::hex::push_hex;
 
 /// Which descriptor keys carry email addresses, and how their values are
 /// hashed.
 #[derive(Clone)]
 pub struct Privacy {
     email_keys: Vec<String>,
-    secret: Option<Vec<u8>>,
+    /// HMAC keyed once with the secret; each value hashes a clone of it.
+    mac: Option<Hmac<Sha256>>,
 }
 
 impl std::fmt::Debug for Privacy {
@@ -23,7 +24,7 @@ impl std::fmt::Debug for Privacy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Privacy")
             .field("email_keys", &self.email_keys)
-            .field("keyed", &self.secret.is_some())
+            .field("keyed", &self.mac.is_some())
             .finish()
     }
 }
@@ -41,7 +42,10 @@ impl Privacy {
     pub fn new(email_keys: Vec<String>, secret: Option<Vec<u8>>) -> Self {
         Privacy {
             email_keys,
-            secret: secret.filter(|s| !s.is_empty()),
+            // HMAC takes keys of any length, so only an empty secret is none.
+            mac: secret
+                .filter(|s| !s.is_empty())
+                .and_then(|s| <Hmac<Sha256> as KeyInit>::new_from_slice(&s).ok()),
         }
     }
 
@@ -58,23 +62,16 @@ impl Privacy {
         if normal.is_empty() {
             return normal;
         }
-        let digest: [u8; 32] = match &self.secret {
-            Some(secret) => {
-                // HMAC accepts keys of any length, so this cannot fail.
-                match <hmac::Hmac<Sha256> as KeyInit>::new_from_slice(secret) {
-                    Ok(mut mac) => {
-                        mac.update(normal.as_bytes());
-                        mac.finalize().into_bytes().into()
-                    }
-                    Err(_) => Sha256::digest(normal.as_bytes()).into(),
-                }
+        let digest: [u8; 32] = match &self.mac {
+            Some(mac) => {
+                let mut mac = mac.clone();
+                mac.update(normal.as_bytes());
+                mac.finalize().into_bytes().into()
             }
             None => Sha256::digest(normal.as_bytes()).into(),
         };
         let mut out = String::with_capacity(32);
-        for b in &digest[..16] {
-            let _ = write!(out, "{b:02x}");
-        }
+        push_hex(&mut out, digest.get(..16).unwrap_or_default());
         out
     }
 }

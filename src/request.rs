@@ -165,6 +165,15 @@ fn check(r: &RateLimitRequest, limits: &Limits) -> Result<(), RequestError> {
     Ok(())
 }
 
+impl TryFrom<RateLimitRequest> for Request {
+    type Error = RequestError;
+
+    /// Converts under the default [`Limits`].
+    fn try_from(r: RateLimitRequest) -> Result<Self, Self::Error> {
+        Request::parse(r, &Limits::default())
+    }
+}
+
 impl Request {
     /// Replaces every email value with its normalised hash, before anything
     /// else (matching, keys, metrics, logs) sees it.
@@ -177,18 +186,7 @@ impl Request {
             }
         }
     }
-}
 
-impl TryFrom<RateLimitRequest> for Request {
-    type Error = RequestError;
-
-    /// Converts under the default [`Limits`].
-    fn try_from(r: RateLimitRequest) -> Result<Self, Self::Error> {
-        Request::parse(r, &Limits::default())
-    }
-}
-
-impl Request {
     /// Validates and converts a protobuf request under `limits`.
     pub fn parse(r: RateLimitRequest, limits: &Limits) -> Result<Request, RequestError> {
         if r.domain.is_empty() {

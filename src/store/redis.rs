@@ -21,6 +21,7 @@ use sha2::{Digest, Sha256};
 
 use super::batch::Batcher;
 use super::{CounterKey, Increment, StoreError};
+use crate::hex::push_hex;
 use crate::limiter::Now;
 
 /// Seconds a key may outlive its window. Expiries are relative to sluice's own
@@ -285,7 +286,6 @@ pub fn render_key(
     let (domain, entries) = key.parts();
     match format {
         KeyFormat::Sluice => {
-            const HEX: &[u8; 16] = b"0123456789abcdef";
             let digest = Sha256::digest(key.as_bytes());
             let mut s = String::with_capacity(prefix.len() + domain.len() + unit.len() + 56);
             s.push_str(prefix);
@@ -294,13 +294,7 @@ pub fn render_key(
             s.push_str(unit);
             s.push(':');
             let _ = write!(s, "{window_start}:");
-            for b in digest.iter().take(16) {
-                for nibble in [b >> 4, b & 0xf] {
-                    s.push(char::from(
-                        HEX.get(usize::from(nibble)).copied().unwrap_or(b'0'),
-                    ));
-                }
-            }
+            push_hex(&mut s, digest.get(..16).unwrap_or_default());
             s
         }
         KeyFormat::Envoyproxy => {
