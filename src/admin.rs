@@ -7,21 +7,35 @@
 //! - `GET /rlconfig`: the active rules, one per line, sorted.
 //! - `POST /json`: protojson `RateLimitRequest` in, `RateLimitResponse` out.
 //! - `POST /reload`: load the config directory again and say what happened.
+//!
+//! The port serves operators and probes, never web pages: a request whose
+//! `Host` is not an address, `localhost` or an `--admin-allowed-hosts` name
+//! (DNS rebinding), or a POST that a cross-site form or `fetch` could send
+//! (an `Origin` from elsewhere, a form or `text/plain` body) is refused with
+//! 403. Connections are capped, idle ones closed, and a request's headers
+//! must arrive within `--admin-header-timeout`.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use serde_json::json;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::config::Reload;
+use crate::conn::{self, ConnLimits, Guarded, IdleBy};
+use crate::metrics::Listener;
 use crate::protojson;
 use crate::service::{RateLimiter, ServiceError};
 
@@ -32,6 +46,37 @@ pub struct AdminState {
     /// Set once shutdown starts: `/readyz` then answers 503 so load balancers
     /// stop sending before the process goes.
     pub draining: Arc<AtomicBool>,
+    pub access: Arc<AdminAccess>,
+}
+
+/// Who may talk to the admin port, beyond loopback addresses.
+#[derive(Debug, Clone, Default)]
+pub struct AdminAccess {
+    /// Host names accepted in `Host` besides IP addresses and `localhost`
+    /// (`--admin-allowed-hosts`), lowercase.
+    pub allowed_hosts: Vec<String>,
+}
+
+/// Bounds of the admin listener.
+#[derive(Debug, Clone)]
+pub struct AdminLimits {
+    pub conn: ConnLimits,
+    /// Longest time for a request's headers to arrive.
+    pub header_timeout: Duration,
+    pub access: AdminAccess,
+}
+
+impl Default for AdminLimits {
+    fn default() -> Self {
+        AdminLimits {
+            conn: ConnLimits {
+                max_connections: 64,
+                idle_timeout: Duration::from_secs(30),
+            },
+            header_timeout: Duration::from_secs(5),
+            access: AdminAccess::default(),
+        }
+    }
 }
 
 /// The admin routes, without a listener (tests can call them directly).
@@ -43,18 +88,125 @@ pub fn router(state: AdminState) -> Router {
         .route("/rlconfig", get(rlconfig))
         .route("/json", post(json_decide))
         .route("/reload", post(reload))
+        .layer(middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state)
 }
 
-/// Serves the admin routes on `listener` until `shutdown` resolves.
+/// Serves the admin routes on `listener` until `token` is cancelled, then
+/// lets requests in flight finish (the caller bounds that wait).
 pub async fn run(
     listener: TcpListener,
     state: AdminState,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    limits: AdminLimits,
+    token: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let metrics = state.limiter.metrics().clone();
+    let app = router(state);
+    let mut admitted = conn::accept(
+        listener,
+        limits.conn,
+        Listener::Admin,
+        metrics,
+        token.clone(),
+    );
+    let tracker = TaskTracker::new();
+    loop {
+        let (stream, ticket) = tokio::select! {
+            () = token.cancelled() => break,
+            next = admitted.recv() => match next {
+                Some(a) => a,
+                None => break,
+            },
+        };
+        let io = Guarded::new(stream, ticket, limits.conn.idle_timeout, IdleBy::Reads);
+        let svc = TowerToHyperService::new(app.clone());
+        let token = token.clone();
+        let header_timeout = limits.header_timeout;
+        tracker.spawn(async move {
+            let mut http = hyper::server::conn::http1::Builder::new();
+            http.timer(TokioTimer::new())
+                .header_read_timeout(header_timeout);
+            let conn = http.serve_connection(TokioIo::new(io), svc);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                () = token.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+    }
+    tracker.close();
+    tracker.wait().await;
+    Ok(())
+}
+
+/// Refuses what a web page could send: a foreign `Host` (DNS rebinding) and
+/// cross-site POSTs.
+async fn guard(State(s): State<AdminState>, req: Request, next: Next) -> Response {
+    if let Err(why) = check_access(&s.access, req.method(), req.headers()) {
+        return (StatusCode::FORBIDDEN, format!("{why}\n")).into_response();
+    }
+    next.run(req).await
+}
+
+fn check_access(access: &AdminAccess, method: &Method, h: &HeaderMap) -> Result<(), &'static str> {
+    let host = h.get(header::HOST).and_then(|v| v.to_str().ok());
+    if let Some(host) = host
+        && !host_allowed(access, host)
+    {
+        return Err("Host is not an address, localhost or an --admin-allowed-hosts name");
+    }
+    if method == Method::GET || method == Method::HEAD {
+        return Ok(());
+    }
+    if let Some(origin) = h.get(header::ORIGIN) {
+        let same = host.is_some_and(|host| {
+            origin.as_bytes() == format!("http://{host}").as_bytes()
+                || origin.as_bytes() == format!("https://{host}").as_bytes()
+        });
+        if !same {
+            return Err("cross-origin POST refused");
+        }
+    }
+    let simple = h
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_ascii_lowercase()
+        })
+        .is_some_and(|t| {
+            matches!(
+                t.as_str(),
+                "text/plain" | "application/x-www-form-urlencoded" | "multipart/form-data"
+            )
+        });
+    if simple {
+        return Err("POST with a form or text/plain body refused: send application/json");
+    }
+    Ok(())
+}
+
+/// An IP address (with or without port), `localhost`, or an allowed name.
+fn host_allowed(access: &AdminAccess, host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        // [v6]:port
+        return rest
+            .split(']')
+            .next()
+            .is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok());
+    } else {
+        host.rsplit_once(':').map_or(host, |(n, _)| n)
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name.parse::<std::net::Ipv4Addr>().is_ok()
+        || name == "localhost"
+        || access.allowed_hosts.contains(&name)
 }
 
 async fn readyz(State(s): State<AdminState>) -> Response {
@@ -158,5 +310,70 @@ async fn reload(State(s): State<AdminState>) -> Response {
             format!("reload task failed: {e}\n"),
         )
             .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod access_tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, v.parse().expect("header value"));
+        }
+        h
+    }
+
+    #[test]
+    fn foreign_hosts_and_cross_site_posts_are_refused() {
+        let a = AdminAccess {
+            allowed_hosts: vec!["sluice.internal".into()],
+        };
+        let ok = |m: Method, h: &[(&'static str, &'static str)]| {
+            check_access(&a, &m, &headers(h)).is_ok()
+        };
+        assert!(ok(Method::GET, &[("host", "127.0.0.1:8080")]));
+        assert!(ok(Method::GET, &[("host", "[::1]:8080")]));
+        assert!(ok(Method::GET, &[("host", "localhost:8080")]));
+        assert!(ok(Method::GET, &[("host", "sluice.internal:8080")]));
+        assert!(!ok(Method::GET, &[("host", "evil.example:8080")]));
+        assert!(!ok(Method::GET, &[("host", "127.0.0.1.evil.example")]));
+        assert!(ok(
+            Method::POST,
+            &[
+                ("host", "127.0.0.1:8080"),
+                ("content-type", "application/json")
+            ]
+        ));
+        assert!(ok(Method::POST, &[("host", "127.0.0.1:8080")]));
+        assert!(!ok(
+            Method::POST,
+            &[
+                ("host", "127.0.0.1:8080"),
+                ("content-type", "text/plain;charset=UTF-8")
+            ]
+        ));
+        assert!(!ok(
+            Method::POST,
+            &[
+                ("host", "127.0.0.1:8080"),
+                ("content-type", "application/x-www-form-urlencoded")
+            ]
+        ));
+        assert!(!ok(
+            Method::POST,
+            &[
+                ("host", "127.0.0.1:8080"),
+                ("origin", "http://evil.example")
+            ]
+        ));
+        assert!(ok(
+            Method::POST,
+            &[
+                ("host", "127.0.0.1:8080"),
+                ("origin", "http://127.0.0.1:8080")
+            ]
+        ));
     }
 }

@@ -8,6 +8,7 @@
 //! - [`privacy`]: email values normalised and hashed at the edge.
 //! - [`service`]: the gRPC `ShouldRateLimit` handler; [`admin`]: HTTP endpoints.
 //! - [`tls`]: optional (mutual) TLS on the gRPC listener, reloaded on change.
+//! - [`conn`]: connection bounds (cap, idle timeout, accept backoff).
 //! - [`server`]: runs both on caller-bound listeners with one shutdown path.
 
 #![forbid(unsafe_code)]
@@ -26,6 +27,7 @@
 pub mod admin;
 pub mod bench;
 pub mod config;
+pub mod conn;
 pub mod fuzzing;
 pub mod hex;
 pub mod limiter;

@@ -1,5 +1,6 @@
 //! The `sluice` command line: `serve` (the default) and `check`.
 
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -8,14 +9,18 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use sluice::admin::{AdminAccess, AdminLimits};
 use sluice::config::{LiveRules, LoadOptions, load_dir};
-use sluice::metrics::Metrics;
+use sluice::conn::ConnLimits;
+use sluice::metrics::{MetricLimits, Metrics};
 use sluice::privacy::Privacy;
 use sluice::request::Limits;
-use sluice::server::{self, Listeners, ServeOptions};
+use sluice::server::{self, GrpcLimits, Listeners, ServeOptions};
 use sluice::service::{RateLimiter, Settings};
 use sluice::store::redis::{KeyFormat, RedisConfig, RedisStore, Target};
-use sluice::store::{FailurePolicy, MemoryStore, Resilient, Store};
+use sluice::store::{
+    DEFAULT_MAX_COUNTERS, FailurePolicy, MemoryStore, Resilient, ResilientOptions, Store,
+};
 use sluice::tls::{Tls, TlsFiles};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -121,6 +126,8 @@ struct ServeArgs {
     key_hash_secret: Option<String>,
     #[command(flatten)]
     limits: LimitArgs,
+    #[command(flatten)]
+    conns: ConnArgs,
     /// Serve gRPC over TLS with this certificate chain (PEM); reloaded on change.
     #[arg(long, env = "SLUICE_GRPC_TLS_CERT", requires = "grpc_tls_key")]
     grpc_tls_cert: Option<PathBuf>,
@@ -163,6 +170,79 @@ struct LimitArgs {
     /// Bytes of one descriptor's domain, keys and values together.
     #[arg(long, env = "SLUICE_MAX_DESCRIPTOR_BYTES", default_value_t = Limits::default().descriptor_bytes)]
     max_descriptor_bytes: usize,
+    /// Hits one request or descriptor may add (hits_addend).
+    #[arg(long, env = "SLUICE_MAX_HITS", default_value_t = Limits::default().hits)]
+    max_hits: u64,
+    /// Distinct detailed_metric label sets in /metrics; more are counted under the rule.
+    #[arg(long, env = "SLUICE_MAX_DETAILED_METRICS", default_value_t = MetricLimits::default().detailed_sets)]
+    max_detailed_metrics: usize,
+    /// Bytes of one detailed_metric rule label; longer ones are counted under the rule.
+    #[arg(long, env = "SLUICE_MAX_METRIC_LABEL_BYTES", default_value_t = MetricLimits::default().label_bytes)]
+    max_metric_label_bytes: usize,
+}
+
+/// What clients may hold on the two listeners.
+#[derive(Args, Clone)]
+struct ConnArgs {
+    /// Open gRPC connections; accepting pauses at the cap.
+    #[arg(long, env = "SLUICE_GRPC_MAX_CONNECTIONS", default_value_t = GrpcLimits::default().conn.max_connections)]
+    grpc_max_connections: usize,
+    /// Concurrent HTTP/2 streams per gRPC connection.
+    #[arg(long, env = "SLUICE_GRPC_MAX_STREAMS", default_value_t = GrpcLimits::default().max_streams)]
+    grpc_max_streams: u32,
+    /// Close a gRPC connection with no request for this long.
+    #[arg(long, env = "SLUICE_GRPC_IDLE_TIMEOUT", default_value = "300s", value_parser = parse_duration)]
+    grpc_idle_timeout: Duration,
+    /// Interval of HTTP/2 PINGs on gRPC connections.
+    #[arg(long, env = "SLUICE_GRPC_KEEPALIVE_INTERVAL", default_value = "60s", value_parser = parse_duration)]
+    grpc_keepalive_interval: Duration,
+    /// Close a gRPC connection whose PING is not answered within this.
+    #[arg(long, env = "SLUICE_GRPC_KEEPALIVE_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
+    grpc_keepalive_timeout: Duration,
+    /// Open admin connections; accepting pauses at the cap.
+    #[arg(long, env = "SLUICE_ADMIN_MAX_CONNECTIONS", default_value_t = AdminLimits::default().conn.max_connections)]
+    admin_max_connections: usize,
+    /// Close an admin connection that sends nothing for this long.
+    #[arg(long, env = "SLUICE_ADMIN_IDLE_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    admin_idle_timeout: Duration,
+    /// Longest time for an admin request's headers to arrive.
+    #[arg(long, env = "SLUICE_ADMIN_HEADER_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    admin_header_timeout: Duration,
+    /// Host names accepted in the admin port's Host header besides IP
+    /// addresses and localhost (comma list), e.g. a Kubernetes service name.
+    #[arg(long, env = "SLUICE_ADMIN_ALLOWED_HOSTS", value_delimiter = ',')]
+    admin_allowed_hosts: Vec<String>,
+}
+
+impl ConnArgs {
+    fn grpc(&self) -> GrpcLimits {
+        GrpcLimits {
+            conn: ConnLimits {
+                max_connections: self.grpc_max_connections,
+                idle_timeout: self.grpc_idle_timeout,
+            },
+            max_streams: self.grpc_max_streams,
+            keepalive_interval: self.grpc_keepalive_interval,
+            keepalive_timeout: self.grpc_keepalive_timeout,
+        }
+    }
+
+    fn admin(&self) -> AdminLimits {
+        AdminLimits {
+            conn: ConnLimits {
+                max_connections: self.admin_max_connections,
+                idle_timeout: self.admin_idle_timeout,
+            },
+            header_timeout: self.admin_header_timeout,
+            access: AdminAccess {
+                allowed_hosts: self
+                    .admin_allowed_hosts
+                    .iter()
+                    .map(|h| h.trim().trim_end_matches('.').to_ascii_lowercase())
+                    .collect(),
+            },
+        }
+    }
 }
 
 impl LimitArgs {
@@ -173,6 +253,14 @@ impl LimitArgs {
             key_bytes: self.max_key_bytes,
             value_bytes: self.max_value_bytes,
             descriptor_bytes: self.max_descriptor_bytes,
+            hits: self.max_hits,
+        }
+    }
+
+    fn metric_limits(&self) -> MetricLimits {
+        MetricLimits {
+            detailed_sets: self.max_detailed_metrics,
+            label_bytes: self.max_metric_label_bytes,
         }
     }
 }
@@ -216,6 +304,10 @@ struct StoreArgs {
     /// Counters remembered as over their limit (answered without Redis); 0 disables.
     #[arg(long, env = "SLUICE_LOCAL_CACHE_SIZE", default_value_t = 100_000)]
     local_cache_size: usize,
+    /// Counters held in memory (the memory store, or the fallback while Redis
+    /// is down); when full, the least spent are dropped first.
+    #[arg(long, env = "SLUICE_MAX_COUNTERS", default_value_t = DEFAULT_MAX_COUNTERS)]
+    max_counters: usize,
 }
 
 impl StoreArgs {
@@ -223,7 +315,7 @@ impl StoreArgs {
         let target = match (&self.redis_url, self.redis_cluster.is_empty()) {
             (Some(url), _) => Target::Single(url.clone()),
             (None, false) => Target::Cluster(self.redis_cluster.clone()),
-            (None, true) => return Ok(Arc::new(MemoryStore::default())),
+            (None, true) => return Ok(Arc::new(MemoryStore::with_capacity(self.max_counters))),
         };
         let redis = RedisStore::new(RedisConfig {
             target,
@@ -234,9 +326,12 @@ impl StoreArgs {
         })?;
         Ok(Arc::new(Resilient::new(
             redis,
-            self.store_failure,
-            self.redis_timeout,
-            self.local_cache_size,
+            ResilientOptions {
+                policy: self.store_failure,
+                timeout: self.redis_timeout,
+                cache_size: self.local_cache_size,
+                max_counters: self.max_counters,
+            },
             metrics.clone(),
         )))
     }
@@ -329,12 +424,19 @@ fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("starting the async runtime")?;
     let report = runtime.block_on(sluice::bench::run(plan))?;
-    if args.json {
-        println!("{}", report.json());
+    let text = if args.json {
+        report.json()
     } else {
-        println!("{report}");
+        report.to_string()
+    };
+    // A reader that went away (`| head -1`) is not an error worth a panic.
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{text}").and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(e).context("writing the report")
+        }
+        _ => Ok(ExitCode::SUCCESS),
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 fn init_logging(args: &ServeArgs) -> anyhow::Result<()> {
@@ -352,7 +454,7 @@ fn init_logging(args: &ServeArgs) -> anyhow::Result<()> {
 
 fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     init_logging(&args)?;
-    let metrics = Arc::new(Metrics::default());
+    let metrics = Arc::new(Metrics::with_limits(args.limits.metric_limits()));
     // Invalid rules at startup: fail before listening.
     let rules = match LiveRules::load(
         &args.config,
@@ -412,6 +514,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             watch_config: !args.no_watch,
             max_request_bytes: args.limits.max_request_bytes,
             tls,
+            grpc: args.conns.grpc(),
+            admin: args.conns.admin(),
         };
         server::run(
             listeners,

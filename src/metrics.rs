@@ -13,9 +13,25 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-/// How many distinct `detailed_metric` label sets are kept before new ones
-/// are folded into the rule's own path.
-const DETAILED_CAP: usize = 10_000;
+/// Bounds on what runtime values can add to `/metrics`.
+#[derive(Debug, Clone, Copy)]
+pub struct MetricLimits {
+    /// Distinct `detailed_metric` label sets kept before new ones are folded
+    /// into the rule's own path (`--max-detailed-metrics`).
+    pub detailed_sets: usize,
+    /// Bytes of one `detailed_metric` rule label; a longer one is folded into
+    /// the rule's own path (`--max-metric-label-bytes`).
+    pub label_bytes: usize,
+}
+
+impl Default for MetricLimits {
+    fn default() -> Self {
+        MetricLimits {
+            detailed_sets: 10_000,
+            label_bytes: 256,
+        }
+    }
+}
 
 /// The per-rule counters of the reference (`total_hits`, `over_limit`, ...).
 #[derive(Debug, Default)]
@@ -89,12 +105,17 @@ pub enum Outcome {
     Invalid,
 }
 
-type RuleKey = (String, String);
+/// Domain and rule path; shared, so a scrape copies pointers, not text.
+type RuleKey = (Arc<str>, Arc<str>);
+/// Rule counters by domain, then by rule path (two levels, so a lookup
+/// borrows the request's strings instead of allocating a key).
+type RuleMap = BTreeMap<Arc<str>, BTreeMap<Arc<str>, Arc<RuleStats>>>;
 
 /// Every metric sluice exports. Cheap to share: clone the `Arc`.
 #[derive(Debug, Default)]
 pub struct Metrics {
-    rules: Mutex<BTreeMap<RuleKey, Arc<RuleStats>>>,
+    limits: MetricLimits,
+    rules: Mutex<RuleMap>,
     /// Distinct `detailed_metric` label sets so far (changed under `rules`).
     detailed: AtomicUsize,
     requests_ok: AtomicU64,
@@ -106,6 +127,23 @@ pub struct Metrics {
     config_load_errors: AtomicU64,
     config_generation: AtomicU64,
     store: StoreMetrics,
+    /// Connections refused or closed by a bound, by listener and reason.
+    conn: ConnMetrics,
+}
+
+#[derive(Debug, Default)]
+struct ConnMetrics {
+    grpc_open: AtomicU64,
+    admin_open: AtomicU64,
+    idle_closed: AtomicU64,
+    accept_errors: AtomicU64,
+}
+
+/// Which listener a connection came in on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    Grpc,
+    Admin,
 }
 
 /// How a call to the shared store ended.
@@ -114,6 +152,8 @@ pub enum StoreCall {
     Ok,
     Timeout,
     Error,
+    /// The store refused one request's counter (not a store fault).
+    Rejected,
 }
 
 #[derive(Debug, Default)]
@@ -121,6 +161,10 @@ struct StoreMetrics {
     latency: Histogram,
     timeouts: AtomicU64,
     errors: AtomicU64,
+    rejected: AtomicU64,
+    trips: AtomicU64,
+    counters_live: AtomicU64,
+    counter_evictions: AtomicU64,
     policy: std::sync::OnceLock<&'static str>,
     policy_decisions: AtomicU64,
     circuit_open: AtomicU64,
@@ -128,29 +172,47 @@ struct StoreMetrics {
 }
 
 impl Metrics {
+    /// Metrics under other bounds than the defaults.
+    pub fn with_limits(limits: MetricLimits) -> Metrics {
+        Metrics {
+            limits,
+            ..Metrics::default()
+        }
+    }
+
     /// The counters of a configured rule; the same `Arc` across reloads, so
     /// counters keep counting when the rules are swapped.
     pub fn rule(&self, domain: &str, path: &str) -> Arc<RuleStats> {
         self.rules
             .lock()
-            .entry((domain.to_owned(), path.to_owned()))
+            .entry(domain.into())
+            .or_default()
+            .entry(path.into())
             .or_default()
             .clone()
     }
 
     /// The counters of a `detailed_metric` label set, or `fallback` once the
-    /// cap on distinct label sets is reached.
+    /// cap on distinct label sets is reached or the label is too long.
     pub fn detailed(&self, domain: &str, path: &str, fallback: &Arc<RuleStats>) -> Arc<RuleStats> {
-        let key = (domain.to_owned(), path.to_owned());
+        if path.len() > self.limits.label_bytes {
+            return fallback.clone();
+        }
         let mut rules = self.rules.lock();
-        if let Some(s) = rules.get(&key) {
+        // Borrowed lookup first: a known label set allocates nothing.
+        if let Some(s) = rules.get(domain).and_then(|paths| paths.get(path)) {
             return s.clone();
         }
-        if self.detailed.load(Relaxed) >= DETAILED_CAP {
+        if self.detailed.load(Relaxed) >= self.limits.detailed_sets {
             return fallback.clone();
         }
         self.detailed.fetch_add(1, Relaxed);
-        rules.entry(key).or_default().clone()
+        rules
+            .entry(domain.into())
+            .or_default()
+            .entry(path.into())
+            .or_default()
+            .clone()
     }
 
     /// Every ShouldRateLimit call answered so far, whatever the answer.
@@ -199,7 +261,44 @@ impl Metrics {
             StoreCall::Error => {
                 st.errors.fetch_add(1, Relaxed);
             }
+            StoreCall::Rejected => {
+                st.rejected.fetch_add(1, Relaxed);
+            }
         }
+    }
+
+    /// Records that the breaker opened; `total` is its opens since start.
+    pub fn circuit_trip(&self, total: u64) {
+        self.store.trips.store(total, Relaxed);
+    }
+
+    /// Live in-memory counters and evictions so far (from the sweeper).
+    pub fn counters(&self, live: u64, evictions: u64) {
+        self.store.counters_live.store(live, Relaxed);
+        self.store.counter_evictions.store(evictions, Relaxed);
+    }
+
+    /// A connection opened (`+1`) or closed (`-1`) on `listener`.
+    pub fn connection(&self, listener: Listener, opened: bool) {
+        let c = match listener {
+            Listener::Grpc => &self.conn.grpc_open,
+            Listener::Admin => &self.conn.admin_open,
+        };
+        if opened {
+            c.fetch_add(1, Relaxed);
+        } else {
+            c.fetch_sub(1, Relaxed);
+        }
+    }
+
+    /// A connection closed for being idle too long.
+    pub fn idle_closed(&self) {
+        self.conn.idle_closed.fetch_add(1, Relaxed);
+    }
+
+    /// A failed `accept` (out of descriptors and the like).
+    pub fn accept_error(&self) {
+        self.conn.accept_errors.fetch_add(1, Relaxed);
     }
 
     /// Counts descriptors decided by the failure policy named `policy`.
@@ -221,7 +320,18 @@ impl Metrics {
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(4096);
-        let rules = self.rules.lock();
+        // Copy the pointers and let go: requests that look up a rule's
+        // counters never wait for a scrape to format its text.
+        let rules: Vec<(RuleKey, Arc<RuleStats>)> = self
+            .rules
+            .lock()
+            .iter()
+            .flat_map(|(domain, paths)| {
+                paths
+                    .iter()
+                    .map(|(path, v)| ((domain.clone(), path.clone()), v.clone()))
+            })
+            .collect();
         for (name, help, get) in RULE_COUNTERS {
             let _ = writeln!(out, "# HELP sluice_rule_{name}_total {help}");
             let _ = writeln!(out, "# TYPE sluice_rule_{name}_total counter");
@@ -235,7 +345,6 @@ impl Metrics {
                 );
             }
         }
-        drop(rules);
         let _ = writeln!(
             out,
             "# HELP sluice_requests_total ShouldRateLimit calls by overall result."
@@ -317,6 +426,11 @@ impl Metrics {
             "sluice_store_errors_total{{kind=\"error\"}} {}",
             st.errors.load(Relaxed)
         );
+        let _ = writeln!(
+            out,
+            "sluice_store_errors_total{{kind=\"rejected\"}} {}",
+            st.rejected.load(Relaxed)
+        );
         let policy = st.policy.get().copied().unwrap_or("none");
         let _ = writeln!(
             out,
@@ -337,6 +451,48 @@ impl Metrics {
                 "counter",
                 "Descriptors answered over-limit from the local cache.",
                 &st.local_cache_hits,
+            ),
+            (
+                "sluice_store_circuit_trips_total",
+                "counter",
+                "Times the store was declared down.",
+                &st.trips,
+            ),
+            (
+                "sluice_memory_counters",
+                "gauge",
+                "Counters held in memory (the memory store or the fallback), at the last sweep.",
+                &st.counters_live,
+            ),
+            (
+                "sluice_memory_counter_evictions_total",
+                "counter",
+                "Live counters dropped because --max-counters was reached.",
+                &st.counter_evictions,
+            ),
+            (
+                "sluice_grpc_connections",
+                "gauge",
+                "Open gRPC connections.",
+                &self.conn.grpc_open,
+            ),
+            (
+                "sluice_admin_connections",
+                "gauge",
+                "Open admin connections.",
+                &self.conn.admin_open,
+            ),
+            (
+                "sluice_connections_idle_closed_total",
+                "counter",
+                "Connections closed after the idle timeout.",
+                &self.conn.idle_closed,
+            ),
+            (
+                "sluice_accept_errors_total",
+                "counter",
+                "Failed accepts (such as running out of file descriptors), each followed by a pause.",
+                &self.conn.accept_errors,
             ),
         ] {
             let _ = writeln!(
@@ -407,6 +563,22 @@ mod tests {
         let text = m.render();
         assert!(text.contains("sluice_rule_total_hits_total{domain=\"d\",rule=\"k_v\"} 3"));
         assert!(text.contains("sluice_rule_over_limit_total{domain=\"d\",rule=\"k_v\"} 1"));
+    }
+
+    #[test]
+    fn detailed_labels_are_bounded_in_count_and_bytes() {
+        let m = Metrics::with_limits(MetricLimits {
+            detailed_sets: 2,
+            label_bytes: 8,
+        });
+        let rule = m.rule("d", "k");
+        let a = m.detailed("d", "k_a", &rule);
+        assert!(!Arc::ptr_eq(&a, &rule));
+        assert!(Arc::ptr_eq(&a, &m.detailed("d", "k_a", &rule)));
+        assert!(Arc::ptr_eq(&m.detailed("d", "k_long_value", &rule), &rule));
+        let _b = m.detailed("d", "k_b", &rule);
+        assert!(Arc::ptr_eq(&m.detailed("d", "k_c", &rule), &rule));
+        assert!(!m.render().contains("k_long"));
     }
 
     #[test]

@@ -45,6 +45,8 @@ pub struct Limits {
     pub value_bytes: usize,
     /// Bytes of one descriptor's whole counter key: domain, keys and values.
     pub descriptor_bytes: usize,
+    /// The most hits one request or descriptor may add (`hits_addend`).
+    pub hits: u64,
 }
 
 impl Default for Limits {
@@ -55,6 +57,9 @@ impl Default for Limits {
             key_bytes: 256,
             value_bytes: 1024,
             descriptor_bytes: 4096,
+            // More than any limit can hold (`requests_per_unit` is 32-bit),
+            // and far from where a store's 64-bit counter would overflow.
+            hits: u64::from(u32::MAX),
         }
     }
 }
@@ -109,11 +114,27 @@ pub enum RequestError {
         len: usize,
         max: usize,
     },
+    #[error("hits_addend of {hits}, more than the {max} allowed (--max-hits)")]
+    TooManyHits { hits: u64, max: u64 },
+    #[error(
+        "descriptor {descriptor}: hits_addend of {hits}, more than the {max} allowed (--max-hits)"
+    )]
+    TooManyDescriptorHits {
+        descriptor: usize,
+        hits: u64,
+        max: u64,
+    },
 }
 
 /// Checks every bound before anything is copied out of the message.
 fn check(r: &RateLimitRequest, limits: &Limits) -> Result<(), RequestError> {
     let max = limits;
+    if u64::from(r.hits_addend) > max.hits {
+        return Err(RequestError::TooManyHits {
+            hits: u64::from(r.hits_addend),
+            max: max.hits,
+        });
+    }
     if r.domain.len() > max.key_bytes {
         return Err(RequestError::DomainTooLong {
             len: r.domain.len(),
@@ -127,6 +148,13 @@ fn check(r: &RateLimitRequest, limits: &Limits) -> Result<(), RequestError> {
         });
     }
     for (i, d) in r.descriptors.iter().enumerate() {
+        if let Some(h) = d.hits_addend.as_ref().filter(|h| h.value > max.hits) {
+            return Err(RequestError::TooManyDescriptorHits {
+                descriptor: i,
+                hits: h.value,
+                max: max.hits,
+            });
+        }
         if d.entries.len() > max.entries {
             return Err(RequestError::TooManyEntries {
                 descriptor: i,
@@ -346,6 +374,7 @@ mod tests {
             key_bytes: 8,
             value_bytes: 8,
             descriptor_bytes: 20,
+            hits: 10,
         };
         let req = |domain: &str, ds: Vec<RateLimitDescriptor>| RateLimitRequest {
             domain: domain.into(),
@@ -357,7 +386,7 @@ mod tests {
             vec![descriptor(&[("k", "v")]), descriptor(&[("k", "12345678")])],
         );
         assert!(Request::parse(ok, &small).is_ok());
-        let cases: Vec<(RateLimitRequest, &str)> = vec![
+        let mut cases: Vec<(RateLimitRequest, &str)> = vec![
             (
                 req("d", vec![descriptor(&[("k", "v")]); 3]),
                 "--max-descriptors",
@@ -386,6 +415,12 @@ mod tests {
                 "--max-descriptor-bytes",
             ),
         ];
+        let mut many = req("d", vec![descriptor(&[("k", "v")])]);
+        many.hits_addend = 11;
+        cases.push((many, "--max-hits"));
+        let mut d = descriptor(&[("k", "v")]);
+        d.hits_addend = Some(UInt64Value { value: 1 << 63 });
+        cases.push((req("d", vec![d]), "--max-hits"));
         for (r, flag) in cases {
             let e = Request::parse(r, &small).unwrap_err();
             assert!(e.to_string().contains(flag), "{e}");

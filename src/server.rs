@@ -9,14 +9,15 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic_health::ServingStatus;
 use tracing::{info, warn};
 
-use crate::admin::{self, AdminState};
+use crate::admin::{self, AdminLimits, AdminState};
 use crate::config::watch;
+use crate::conn::{self, Activity, ConnLimits, Guarded, IdleBy, InFlight};
 use crate::limiter::Now;
+use crate::metrics::{Listener, Metrics, Outcome};
 use crate::service::RateLimiter;
 use crate::tls::{self, Tls};
 
@@ -55,6 +56,36 @@ pub struct ServeOptions {
     pub tls: Option<Arc<Tls>>,
     /// Reload the rules when their directory changes (SIGHUP always reloads).
     pub watch_config: bool,
+    /// Bounds of the gRPC listener.
+    pub grpc: GrpcLimits,
+    /// Bounds and access rules of the admin listener.
+    pub admin: AdminLimits,
+}
+
+/// What one client may hold on the gRPC listener.
+#[derive(Debug, Clone, Copy)]
+pub struct GrpcLimits {
+    pub conn: ConnLimits,
+    /// Concurrent HTTP/2 streams per connection.
+    pub max_streams: u32,
+    /// HTTP/2 PING interval, and how long an answer may take before the
+    /// connection is dropped as dead.
+    pub keepalive_interval: Duration,
+    pub keepalive_timeout: Duration,
+}
+
+impl Default for GrpcLimits {
+    fn default() -> Self {
+        GrpcLimits {
+            conn: ConnLimits {
+                max_connections: 4096,
+                idle_timeout: Duration::from_secs(300),
+            },
+            max_streams: 1024,
+            keepalive_interval: Duration::from_secs(60),
+            keepalive_timeout: Duration::from_secs(20),
+        }
+    }
 }
 
 /// Serves until `shutdown` resolves or `token` is cancelled, then drains for
@@ -112,34 +143,57 @@ pub async fn run(
         store = limiter.store().health().backend,
         "sluice listening"
     );
+    let g = opts.grpc;
     let router = tonic::transport::Server::builder()
+        .max_concurrent_streams(g.max_streams)
+        .http2_keepalive_interval(Some(g.keepalive_interval))
+        .http2_keepalive_timeout(Some(g.keepalive_timeout))
         .add_service(health)
-        .add_service(InvalidArgument(
-            RateLimitServiceServer::new(limiter.clone())
+        .add_service(Guard {
+            inner: RateLimitServiceServer::new(limiter.clone())
                 .max_decoding_message_size(opts.max_request_bytes),
-        ));
+            metrics: limiter.metrics().clone(),
+        });
     let stop = token.clone().cancelled_owned();
+    let admitted = conn::accept(
+        listeners.grpc,
+        g.conn,
+        Listener::Grpc,
+        limiter.metrics().clone(),
+        token.clone(),
+    );
+    let idle = g.conn.idle_timeout;
     let (grpc, tls_task): (GrpcFuture, _) = match opts.tls {
         Some(tls) => {
             info!(mutual = tls.mutual(), "gRPC listener speaks TLS");
-            let incoming = tls::incoming(listeners.grpc, tls.clone(), token.clone());
+            let incoming = tls::incoming(admitted, tls.clone(), idle, token.clone());
             (
                 Box::pin(router.serve_with_incoming_shutdown(incoming, stop)),
                 Some(tokio::spawn(tls.watch(token.clone()))),
             )
         }
-        None => (
-            Box::pin(router.serve_with_incoming_shutdown(
-                nodelay(TcpListenerStream::new(listeners.grpc)),
-                stop,
-            )),
-            None,
-        ),
+        None => {
+            let incoming = tokio_stream::StreamExt::map(
+                tokio_stream::wrappers::ReceiverStream::new(admitted),
+                move |(stream, ticket)| {
+                    Ok::<_, std::io::Error>(Guarded::new(stream, ticket, idle, IdleBy::Requests))
+                },
+            );
+            (
+                Box::pin(router.serve_with_incoming_shutdown(incoming, stop)),
+                None,
+            )
+        }
     };
     let admin = admin::run(
         listeners.admin,
-        AdminState { limiter, draining },
-        token.clone().cancelled_owned(),
+        AdminState {
+            limiter,
+            draining,
+            access: Arc::new(opts.admin.access.clone()),
+        },
+        opts.admin,
+        token.clone(),
     );
     let servers = async {
         tokio::try_join!(async { grpc.await.map_err(ServeError::from) }, async {
@@ -172,12 +226,18 @@ pub async fn run(
     result
 }
 
-/// Frees ended windows once a second so memory follows live keys.
+/// Frees ended windows once a second so memory follows live keys, and
+/// publishes how many counters live in memory.
 async fn sweep(limiter: RateLimiter, token: CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
-            _ = tick.tick() => limiter.store().sweep(Now::wall()),
+            _ = tick.tick() => {
+                let store = limiter.store();
+                store.sweep(Now::wall());
+                let c = store.counters();
+                limiter.metrics().counters(c.live, c.evictions);
+            }
             () = token.cancelled() => return,
         }
     }
@@ -215,11 +275,10 @@ pub fn signal() -> impl Future<Output = ()> + Send + 'static {
     }
 }
 
-/// Accepted connections with Nagle's algorithm off: tonic's own `tcp_nodelay`
-/// only applies to listeners it binds, and a gRPC answer written in pieces
-/// would otherwise wait for a delayed ACK (a 40 ms tail).
+/// Accepted connections with Nagle's algorithm off, for servers that take a
+/// plain listener stream (the no-op ceiling of `make bench`).
 pub fn nodelay(
-    incoming: TcpListenerStream,
+    incoming: tokio_stream::wrappers::TcpListenerStream,
 ) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
     use tokio_stream::StreamExt as _;
     incoming.map(|conn| {
@@ -231,17 +290,22 @@ pub fn nodelay(
     })
 }
 
-/// The RLS service with one rewrite: tonic refuses a message over
-/// `--max-request-bytes` with OUT_OF_RANGE before sluice sees it; that is a
-/// malformed request like any other, so it answers INVALID_ARGUMENT.
+/// The RLS service with its guard: each request is reported to its
+/// connection's idle timer, and a request tonic refuses before sluice sees it
+/// (over `--max-request-bytes`, which tonic answers OUT_OF_RANGE, or not
+/// decodable: bad wire format, invalid UTF-8, which tonic answers INTERNAL)
+/// is a malformed request like any other: INVALID_ARGUMENT, counted invalid.
 #[derive(Clone)]
-struct InvalidArgument<S>(S);
+struct Guard<S> {
+    inner: S,
+    metrics: Arc<Metrics>,
+}
 
-impl<S: tonic::server::NamedService> tonic::server::NamedService for InvalidArgument<S> {
+impl<S: tonic::server::NamedService> tonic::server::NamedService for Guard<S> {
     const NAME: &'static str = S::NAME;
 }
 
-impl<S, B, R> tonic::codegen::Service<tonic::codegen::http::Request<B>> for InvalidArgument<S>
+impl<S, B, R> tonic::codegen::Service<tonic::codegen::http::Request<B>> for Guard<S>
 where
     S: tonic::codegen::Service<
             tonic::codegen::http::Request<B>,
@@ -259,16 +323,39 @@ where
         &mut self,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Result<(), Self::Error>> {
-        self.0.poll_ready(cx)
+        self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, req: tonic::codegen::http::Request<B>) -> Self::Future {
-        Rewrite(self.0.call(req))
+        let busy = req.extensions().get::<Arc<Activity>>().map(Activity::start);
+        Rewrite {
+            inner: self.inner.call(req),
+            metrics: self.metrics.clone(),
+            started: std::time::Instant::now(),
+            _busy: busy,
+        }
     }
 }
 
-/// The answer of [`InvalidArgument`], rewritten as it completes.
-pub struct Rewrite<F>(F);
+/// The answer of [`Guard`], rewritten as it completes.
+pub struct Rewrite<F> {
+    inner: F,
+    metrics: Arc<Metrics>,
+    started: std::time::Instant,
+    _busy: Option<InFlight>,
+}
+
+/// Whether tonic refused the request before the handler ran: a message over
+/// the size limit, or one that does not decode.
+fn refused_by_tonic(headers: &tonic::codegen::http::HeaderMap) -> bool {
+    match headers.get("grpc-status").map(|v| v.as_bytes()) {
+        Some(b"11") => true,
+        Some(b"13") => headers
+            .get("grpc-message")
+            .is_some_and(|m| m.as_bytes().starts_with(b"failed%20to%20decode")),
+        _ => false,
+    }
+}
 
 impl<F, R, E> Future for Rewrite<F>
 where
@@ -280,19 +367,20 @@ where
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
-        std::pin::Pin::new(&mut self.0).poll(cx).map_ok(|mut resp| {
-            // Trailers-only answers carry the status in the headers.
-            if resp
-                .headers()
-                .get("grpc-status")
-                .is_some_and(|v| v.as_bytes() == b"11")
-            {
-                resp.headers_mut().insert(
-                    "grpc-status",
-                    tonic::codegen::http::HeaderValue::from_static("3"),
-                );
-            }
-            resp
-        })
+        let this = &mut *self;
+        std::pin::Pin::new(&mut this.inner)
+            .poll(cx)
+            .map_ok(|mut resp| {
+                // Trailers-only answers carry the status in the headers.
+                if refused_by_tonic(resp.headers()) {
+                    resp.headers_mut().insert(
+                        "grpc-status",
+                        tonic::codegen::http::HeaderValue::from_static("3"),
+                    );
+                    this.metrics
+                        .request(Outcome::Invalid, this.started.elapsed());
+                }
+                resp
+            })
     }
 }

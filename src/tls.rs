@@ -5,9 +5,7 @@
 
 use std::io;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
@@ -15,8 +13,9 @@ use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
+
+use crate::conn::{Admitted, Guarded, IdleBy};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_util::sync::CancellationToken;
@@ -149,76 +148,40 @@ fn build(files: &TlsFiles) -> Result<Arc<ServerConfig>, TlsError> {
     Ok(Arc::new(config))
 }
 
-/// An accepted TLS connection, as tonic wants it.
-pub struct TlsConn(TlsStream<TcpStream>);
+/// A TLS connection under the listener's bounds.
+pub type TlsConn = Guarded<TlsStream<TcpStream>>;
 
-impl tonic::transport::server::Connected for TlsConn {
-    type ConnectInfo = ();
-
-    fn connect_info(&self) -> Self::ConnectInfo {}
-}
-
-impl AsyncRead for TlsConn {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for TlsConn {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
-    }
-}
-
-/// Accepts on `listener` and hands on connections whose handshake succeeded.
+/// Hands on the connections from `admitted` whose handshake succeeded.
 /// Handshakes run in their own tasks, so a slow or hostile client holds up
-/// nobody; a failed one is logged at debug and dropped. Accepting stops when
-/// the server drops the stream or `token` is cancelled.
+/// nobody; a failed one is logged at debug and dropped (its ticket with it).
+/// Stops when the server drops the stream or `token` is cancelled.
 pub fn incoming(
-    listener: TcpListener,
+    mut admitted: tokio::sync::mpsc::Receiver<Admitted>,
     tls: Arc<Tls>,
+    idle: Duration,
     token: CancellationToken,
 ) -> tokio_stream::wrappers::ReceiverStream<io::Result<TlsConn>> {
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     tokio::spawn(async move {
         loop {
-            let stream = tokio::select! {
+            let (stream, ticket) = tokio::select! {
                 () = token.cancelled() => return,
                 () = tx.closed() => return,
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, _)) => stream,
-                    Err(e) => {
-                        // Out of descriptors and the like: pause, keep serving.
-                        warn!(error = %e, "gRPC accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
+                next = admitted.recv() => match next {
+                    Some(a) => a,
+                    None => return,
                 },
             };
-            // Best effort, as for plain connections.
-            let _ = stream.set_nodelay(true);
             let acceptor = TlsAcceptor::from(tls.config.load_full());
             let tx = tx.clone();
             tokio::spawn(async move {
+                // The ticket is held through the handshake, so handshakes
+                // count against the connection cap too.
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                     Ok(Ok(conn)) => {
-                        let _ = tx.send(Ok(TlsConn(conn))).await;
+                        let _ = tx
+                            .send(Ok(Guarded::new(conn, ticket, idle, IdleBy::Requests)))
+                            .await;
                     }
                     Ok(Err(e)) => debug!(error = %e, "gRPC TLS handshake failed"),
                     Err(_) => debug!("gRPC TLS handshake timed out"),

@@ -13,6 +13,7 @@ use redis::Script;
 use tokio::sync::{mpsc, oneshot};
 
 use super::StoreError;
+use super::redis::decode_counts;
 
 /// Keys above which a batch is sent without waiting for more.
 const MAX_BATCH_KEYS: usize = 512;
@@ -88,7 +89,8 @@ async fn drive(
 }
 
 async fn send(pool: bb8::Pool<RedisConnectionManager>, script: Arc<Script>, jobs: Vec<Job>) {
-    let counts: Reply = async {
+    let keys: usize = jobs.iter().map(|j| j.keys.len()).sum();
+    let raw: Result<Vec<i64>, StoreError> = async {
         // Multiplexed: clone the connection and give the slot back at once.
         let mut conn = pool
             .get()
@@ -103,18 +105,31 @@ async fn send(pool: bb8::Pool<RedisConnectionManager>, script: Arc<Script>, jobs
         }
         inv.invoke_async(&mut conn)
             .await
-            .map_err(|e| StoreError::Unavailable(e.to_string()))
+            .map_err(|e| super::redis::classify(&e))
     }
-    .await;
-    match counts {
-        Ok(counts) => {
-            let mut rest = counts.as_slice();
+    .await
+    .and_then(|raw: Vec<i64>| {
+        // A reply that does not match the call is the store's fault: nobody
+        // is answered from it, so no request is admitted on a missing count.
+        if raw.len() == keys {
+            Ok(raw)
+        } else {
+            Err(StoreError::BadReply(format!(
+                "{} counts for {keys} increments",
+                raw.len()
+            )))
+        }
+    });
+    match raw {
+        Ok(raw) => {
+            let mut rest = raw.as_slice();
             for job in jobs {
-                let n = job.keys.len().min(rest.len());
-                let (mine, tail) = rest.split_at(n);
+                let (mine, tail) = rest.split_at(job.keys.len().min(rest.len()));
                 rest = tail;
+                // Each request gets its own counts, or its own error: one
+                // request's refused counter never fails the others.
                 // A request that timed out has gone; nothing to tell it.
-                let _ = job.reply.send(Ok(mine.to_vec()));
+                let _ = job.reply.send(decode_counts(mine));
             }
         }
         Err(e) => {

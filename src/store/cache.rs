@@ -67,10 +67,11 @@ impl OverLimitCache {
         }
         let mut map = self.shard(&inc.key).lock();
         if map.len() >= self.per_shard && !map.contains_key(&inc.key) {
-            let now = inc.window.start.0;
-            map.retain(|_, s| s.end > now);
-            if map.len() >= self.per_shard {
-                return;
+            // Full: drop one entry, found in O(1). Forgetting a counter only
+            // sends its next request to the store, which still counts it;
+            // the sweep frees ended windows once a second.
+            if let Some(old) = map.keys().next().cloned() {
+                map.remove(&old);
             }
         }
         map.insert(
@@ -133,6 +134,16 @@ mod tests {
         let c = OverLimitCache::new(100);
         c.record(&inc("a", 5, 60), 6);
         assert_eq!(c.over(&inc("a", 100, 60)), None);
+    }
+
+    #[test]
+    fn a_full_cache_still_remembers_the_newest_over_limit_key() {
+        let c = OverLimitCache::new(16);
+        for i in 0..1000 {
+            c.record(&inc(&i.to_string(), 0, 60), 1);
+        }
+        c.record(&inc("newest", 0, 60), 1);
+        assert_eq!(c.over(&inc("newest", 0, 60)), Some(2));
     }
 
     #[test]

@@ -2,18 +2,34 @@
 //!
 //! A counter is 32 bytes in its table: a 128-bit keyed hash stands for the
 //! key (two SipHash runs under random keys, so a client cannot aim two
-//! descriptors at one counter), and window and count take 16 bytes. A million
-//! live keys cost well under 128 bytes each, table slack included.
+//! descriptors at one counter), and window, limit and count take 24 bytes. A
+//! million live keys cost well under 128 bytes each, table slack included.
+//!
+//! The table is bounded (`--max-counters`). When a shard is full, counters
+//! whose window has ended go first; failing that, one counter is dropped: of
+//! a sample of [`SAMPLE`] taken in hash order (random per process, so no
+//! client can aim it), the one furthest below its limit, with the smallest
+//! count among those. A flood of new keys therefore evicts its own one-hit
+//! counters; to push out a victim's counter of `c` hits an attacker must fill
+//! the table with counters of more than `c` hits (capacity times `c` hits,
+//! which the same limits count), and a counter at or over its limit is only
+//! dropped when every sampled counter is.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
 
 use parking_lot::Mutex;
 
-use super::{BoxFuture, Increment, Store, StoreError, StoreHealth};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use super::{BoxFuture, CounterStats, Increment, Store, StoreError, StoreHealth};
 use crate::limiter::Now;
 
 const SHARDS: usize = 64;
+/// Counters looked at to choose one to drop when a shard is full.
+pub const SAMPLE: usize = 16;
+/// The default bound on live counters (`--max-counters`): about 100 MB.
+pub const DEFAULT_MAX_COUNTERS: usize = 1_000_000;
 
 #[derive(Debug)]
 struct Slot {
@@ -21,7 +37,17 @@ struct Slot {
     start: u32,
     /// The first second after the window: the slot is garbage from then on.
     end: u32,
+    /// The limit the count is held against, to keep over-limit counters.
+    limit: u32,
     count: u64,
+}
+
+impl Slot {
+    /// Eviction order: the lowest goes first. Counters within their limit
+    /// before those at or over it, then by count.
+    fn keep_score(&self) -> (bool, u64) {
+        (self.count >= u64::from(self.limit), self.count)
+    }
 }
 
 /// The table's keys are hashes already: use their bits as they are.
@@ -54,14 +80,16 @@ type Shard = HashMap<u128, Slot, BuildHasherDefault<PreHashed>>;
 pub struct MemoryStore {
     shards: Box<[Mutex<Shard>]>,
     hashers: [RandomState; 2],
+    per_shard: usize,
+    evictions: AtomicU64,
+    /// Live counters at the last sweep (the gauge; exact counting per
+    /// insert would put a shared atomic on every request).
+    live: AtomicU64,
 }
 
 impl Default for MemoryStore {
     fn default() -> Self {
-        MemoryStore {
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-            hashers: [RandomState::new(), RandomState::new()],
-        }
+        MemoryStore::with_capacity(DEFAULT_MAX_COUNTERS)
     }
 }
 
@@ -71,6 +99,43 @@ fn secs(s: u64) -> u32 {
 }
 
 impl MemoryStore {
+    /// A store of at most about `max_counters` live counters (at least one
+    /// per shard).
+    pub fn with_capacity(max_counters: usize) -> MemoryStore {
+        MemoryStore {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            hashers: [RandomState::new(), RandomState::new()],
+            per_shard: max_counters.div_ceil(SHARDS).max(1),
+            evictions: AtomicU64::new(0),
+            live: AtomicU64::new(0),
+        }
+    }
+
+    /// Live counters (as of the last sweep) and evictions so far.
+    pub fn stats(&self) -> CounterStats {
+        CounterStats {
+            live: self.live.load(Relaxed),
+            evictions: self.evictions.load(Relaxed),
+        }
+    }
+
+    /// Makes room for one more counter in a full shard.
+    fn make_room(&self, map: &mut Shard, now: u32) {
+        map.retain(|_, slot| slot.end > now);
+        if map.len() < self.per_shard {
+            return;
+        }
+        let victim = map
+            .iter()
+            .take(SAMPLE)
+            .min_by_key(|(_, slot)| slot.keep_score())
+            .map(|(id, _)| *id);
+        if let Some(id) = victim {
+            map.remove(&id);
+            self.evictions.fetch_add(1, Relaxed);
+        }
+    }
+
     /// Adds to every counter of the batch, synchronously.
     pub fn increment_now<'a>(&self, batch: impl IntoIterator<Item = &'a Increment>) -> Vec<u64> {
         batch
@@ -82,19 +147,28 @@ impl MemoryStore {
                 #[allow(clippy::indexing_slicing, reason = "taken modulo the shard count")]
                 let shard = &self.shards[high as usize % SHARDS];
                 let (start, end) = (secs(inc.window.start.0), secs(inc.window.end()));
-                let mut map = shard.lock();
-                let slot = map.entry(id).or_insert(Slot {
+                let fresh = Slot {
                     start,
                     end,
+                    limit: inc.limit,
                     count: 0,
-                });
+                };
+                let mut map = shard.lock();
+                if map.len() >= self.per_shard && !map.contains_key(&id) {
+                    // The whole scan runs only when a shard is full, and
+                    // then frees every ended window at once.
+                    self.make_room(&mut map, start);
+                }
+                let slot = map.entry(id).or_insert(fresh);
                 if slot.start != start {
                     *slot = Slot {
                         start,
                         end,
+                        limit: inc.limit,
                         count: 0,
                     };
                 }
+                slot.limit = inc.limit;
                 slot.count = slot.count.saturating_add(inc.hits);
                 slot.count
             })
@@ -103,14 +177,17 @@ impl MemoryStore {
 
     /// Frees every counter whose window has ended; returns how many remain.
     pub fn sweep(&self, now: Now) -> usize {
-        self.shards
+        let live = self
+            .shards
             .iter()
             .map(|shard| {
                 let mut map = shard.lock();
                 map.retain(|_, slot| u64::from(slot.end) > now.0);
                 map.len()
             })
-            .sum()
+            .sum();
+        self.live.store(live as u64, Relaxed);
+        live
     }
 
     /// How many counters are held.
@@ -144,6 +221,10 @@ impl Store for MemoryStore {
     fn sweep(&self, now: Now) {
         MemoryStore::sweep(self, now);
     }
+
+    fn counters(&self) -> CounterStats {
+        self.stats()
+    }
 }
 
 #[cfg(test)]
@@ -161,6 +242,54 @@ mod tests {
             limit: 100,
             window: Window::containing(Unit::Minute, Now(now)),
         }
+    }
+
+    #[test]
+    fn bounded_and_a_flood_of_new_keys_does_not_reset_a_busy_counter() {
+        let s = MemoryStore::with_capacity(SHARDS * 8);
+        // A client that spent 30 of its 100 hits, then a flood of one-hit keys.
+        for _ in 0..30 {
+            s.increment_now(&[inc("victim", 60)]);
+        }
+        for i in 0..100_000 {
+            s.increment_now(&[inc(&format!("flood{i}"), 60)]);
+        }
+        assert!(s.sweep(Now(60)) <= SHARDS * 8);
+        assert!(s.stats().evictions >= 100_000 - (SHARDS * 8) as u64);
+        assert_eq!(s.increment_now(&[inc("victim", 61)]), [31], "kept");
+    }
+
+    #[test]
+    fn over_limit_counters_outlive_busy_ones_when_full() {
+        let s = MemoryStore::with_capacity(SHARDS * 8);
+        let over = |v: &str| Increment {
+            limit: 3,
+            ..inc(v, 60)
+        };
+        for _ in 0..5 {
+            s.increment_now(&[over("blocked")]);
+        }
+        // Every other counter has more hits, but none is over its limit.
+        for i in 0..2_000 {
+            for _ in 0..10 {
+                s.increment_now(&[inc(&format!("busy{i}"), 60)]);
+            }
+        }
+        assert_eq!(s.increment_now(&[over("blocked")]), [6]);
+    }
+
+    #[test]
+    fn ended_windows_make_room_before_anything_live_goes() {
+        let s = MemoryStore::with_capacity(SHARDS);
+        for i in 0..500 {
+            s.increment_now(&[inc(&format!("old{i}"), 60)]);
+        }
+        let before = s.stats().evictions;
+        for _ in 0..3 {
+            s.increment_now(&[inc("new", 120)]);
+        }
+        assert_eq!(s.increment_now(&[inc("new", 121)]), [4]);
+        assert_eq!(s.stats().evictions, before, "an ended window went instead");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! counters and returns the counts after the increment, atomically per counter.
 
 mod batch;
+mod breaker;
 mod cache;
 mod key;
 mod memory;
@@ -13,8 +14,8 @@ use std::pin::Pin;
 
 pub use cache::OverLimitCache;
 pub use key::CounterKey;
-pub use memory::MemoryStore;
-pub use resilient::{FailurePolicy, Resilient};
+pub use memory::{DEFAULT_MAX_COUNTERS, MemoryStore};
+pub use resilient::{FailurePolicy, Primary, Resilient, ResilientOptions};
 
 use crate::limiter::Window;
 
@@ -38,6 +39,42 @@ pub enum StoreError {
     Timeout,
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The store answered something that does not fit the call (too few
+    /// counts, garbage): the store is at fault, never a silent admit.
+    #[error("store answered a malformed reply: {0}")]
+    BadReply(String),
+    /// The store refused this request's own data (a counter that would
+    /// overflow, a key holding something else). It says nothing about the
+    /// store's health, so it never feeds the circuit breaker.
+    #[error("store refused this request's counter: {0}")]
+    Rejected(String),
+}
+
+impl StoreError {
+    /// Whether the error tells that the store itself is failing.
+    pub fn is_store_fault(&self) -> bool {
+        !matches!(self, StoreError::Rejected(_))
+    }
+}
+
+/// Live counters of an in-memory store, for the gauges.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CounterStats {
+    pub live: u64,
+    /// Counters dropped to make room since start.
+    pub evictions: u64,
+}
+
+/// Checks that a store's answer has one count per increment.
+pub(crate) fn expect_counts(counts: Vec<u64>, expected: usize) -> Result<Vec<u64>, StoreError> {
+    if counts.len() == expected {
+        Ok(counts)
+    } else {
+        Err(StoreError::BadReply(format!(
+            "{} counts for {expected} increments",
+            counts.len()
+        )))
+    }
 }
 
 /// The health a store reports to `/readyz`.
@@ -65,6 +102,12 @@ pub trait Store: Send + Sync + 'static {
 
     /// Periodic housekeeping, such as freeing ended windows.
     fn sweep(&self, _now: crate::limiter::Now) {}
+
+    /// Counters held in this process's memory (the memory store, or the
+    /// fallback of a shared one).
+    fn counters(&self) -> CounterStats {
+        CounterStats::default()
+    }
 
     /// A task the store needs while serving (reconnecting, probing), run by
     /// the server until `token` is cancelled.

@@ -28,14 +28,60 @@ use crate::limiter::Now;
 /// clock, so a skew between sluice and Redis cannot end a window early.
 pub const EXPIRY_SLACK_SECONDS: u64 = 5;
 
+/// Each key is incremented under `pcall`, so one key's error is that key's
+/// answer and not the whole call's: a counter that would overflow answers
+/// `OVERFLOW`, a key that holds something else answers `NOT_A_COUNTER`. Any
+/// other error (out of memory, a read-only replica, no permission) is the
+/// store's and fails the call.
 const INCREMENT: &str = r"
 local out = {}
 for i = 1, #KEYS do
-  out[i] = redis.call('INCRBY', KEYS[i], ARGV[2 * i - 1])
-  redis.call('EXPIRE', KEYS[i], ARGV[2 * i])
+  local n = redis.pcall('INCRBY', KEYS[i], ARGV[2 * i - 1])
+  if type(n) == 'table' then
+    local e = n.err or ''
+    if string.find(e, 'overflow', 1, true) then
+      out[i] = -1
+    elseif string.find(e, 'WRONGTYPE', 1, true) or string.find(e, 'not an integer', 1, true) then
+      out[i] = -2
+    else
+      return n
+    end
+  else
+    out[i] = n
+    redis.call('EXPIRE', KEYS[i], ARGV[2 * i])
+  end
 end
 return out
 ";
+
+/// The script's answer for a counter past `i64::MAX`: it is over any limit.
+const OVERFLOW: i64 = -1;
+/// The script's answer for a key that holds something other than a count.
+const NOT_A_COUNTER: i64 = -2;
+
+/// One request's counts from the script's raw answers.
+pub(super) fn decode_counts(raw: &[i64]) -> Result<Vec<u64>, StoreError> {
+    raw.iter()
+        .map(|&n| match n {
+            OVERFLOW => Ok(u64::MAX),
+            NOT_A_COUNTER => Err(StoreError::Rejected(
+                "a counter key holds a value that is not a count".into(),
+            )),
+            n => u64::try_from(n).map_err(|_| StoreError::BadReply(format!("negative count {n}"))),
+        })
+        .collect()
+}
+
+/// A Redis error as a store error: a reply that cannot be read is a bad
+/// reply; everything else means the store cannot count right now.
+pub(super) fn classify(e: &redis::RedisError) -> StoreError {
+    match e.kind() {
+        redis::ErrorKind::UnexpectedReturnType | redis::ErrorKind::Parse => {
+            StoreError::BadReply(e.to_string())
+        }
+        _ => StoreError::Unavailable(e.to_string()),
+    }
+}
 
 /// How counter keys are written in Redis (`--key-format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -151,9 +197,12 @@ impl RedisStore {
         &self.config.target
     }
 
-    /// Opens fresh connections, checks them with PING and swaps them in.
-    /// Returns how long the PING took, so the caller can tell a Redis that
-    /// answers from one that answers in time.
+    /// Opens fresh connections, proves them with the increment script on a
+    /// probe key and swaps them in. A PING is not enough: a Redis that answers
+    /// PING but refuses scripts (no EVALSHA permission, out of memory, a
+    /// proxy answering garbage) would be taken back only to fail every
+    /// request. Returns how long the script call took, so the caller can tell
+    /// a Redis that answers from one that answers in time.
     pub async fn connect(&self) -> Result<Duration, StoreError> {
         let (live, rtt) = match &self.config.target {
             Target::Single(url) => {
@@ -165,7 +214,7 @@ impl RedisStore {
                     .test_on_check_out(false)
                     .build_unchecked(manager);
                 let mut conn = pool.get().await.map_err(unavailable)?.clone();
-                let rtt = ping(&mut conn).await?;
+                let rtt = self.probe_script(&mut conn).await?;
                 let in_flight = usize::try_from(self.config.pool_size).unwrap_or(1);
                 (
                     Live::Single(Batcher::start(pool, self.script.clone(), in_flight)),
@@ -178,7 +227,7 @@ impl RedisStore {
                     .build()
                     .map_err(unavailable)?;
                 let mut conn = client.get_async_connection().await.map_err(unavailable)?;
-                let rtt = ping(&mut conn).await?;
+                let rtt = self.probe_script(&mut conn).await?;
                 // A PING reaches any node; a cluster short of a master (before
                 // its replica takes over) still answers it, and would be
                 // declared back only to fail again on that master's slots.
@@ -197,6 +246,30 @@ impl RedisStore {
         };
         self.live.store(Some(Arc::new(live)));
         Ok(rtt)
+    }
+
+    /// Adds nothing to a probe key through the increment script, as a request
+    /// would, and checks the answer.
+    async fn probe_script(
+        &self,
+        conn: &mut impl redis::aio::ConnectionLike,
+    ) -> Result<Duration, StoreError> {
+        let started = std::time::Instant::now();
+        let key = format!("{}sluice:probe", self.config.prefix);
+        let raw: Vec<i64> = self
+            .script
+            .key(key)
+            .arg(0)
+            .arg(EXPIRY_SLACK_SECONDS)
+            .invoke_async(conn)
+            .await
+            .map_err(|e| classify(&e))?;
+        match raw.as_slice() {
+            [n] if *n >= 0 => Ok(started.elapsed()),
+            other => Err(StoreError::BadReply(format!(
+                "probe script answered {other:?}"
+            ))),
+        }
     }
 
     /// Runs the increment script for the batch; counts come back in batch order.
@@ -255,7 +328,15 @@ impl RedisStore {
         {
             inv.key(key).arg(inc.hits).arg(ttl(inc, now));
         }
-        inv.invoke_async(conn).await.map_err(unavailable)
+        let raw: Vec<i64> = inv.invoke_async(conn).await.map_err(|e| classify(&e))?;
+        if raw.len() != idx.len() {
+            return Err(StoreError::BadReply(format!(
+                "{} counts for {} increments",
+                raw.len(),
+                idx.len()
+            )));
+        }
+        decode_counts(&raw)
     }
 
     /// The Redis key of one counter in one window.
@@ -267,6 +348,27 @@ impl RedisStore {
             inc.window.start.0,
             inc.window.unit.name(),
         )
+    }
+}
+
+impl super::Primary for RedisStore {
+    fn increment<'a>(
+        &'a self,
+        batch: &'a [&'a Increment],
+    ) -> super::BoxFuture<'a, Result<Vec<u64>, StoreError>> {
+        Box::pin(RedisStore::increment(self, batch))
+    }
+
+    fn probe(&self) -> super::BoxFuture<'_, Result<Duration, StoreError>> {
+        Box::pin(self.connect())
+    }
+
+    fn backend(&self) -> &'static str {
+        RedisStore::backend(self)
+    }
+
+    fn describe(&self) -> String {
+        self.config.target.to_string()
     }
 }
 
@@ -308,19 +410,6 @@ pub fn render_key(
             s.push_str(&window_start.to_string());
             s
         }
-    }
-}
-
-async fn ping(conn: &mut impl redis::aio::ConnectionLike) -> Result<Duration, StoreError> {
-    let started = std::time::Instant::now();
-    let pong: String = redis::cmd("PING")
-        .query_async(conn)
-        .await
-        .map_err(unavailable)?;
-    if pong == "PONG" {
-        Ok(started.elapsed())
-    } else {
-        Err(StoreError::Unavailable(format!("PING answered {pong}")))
     }
 }
 

@@ -4,23 +4,41 @@
 //! and the local over-limit cache in front of it all.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
-use super::redis::RedisStore;
-use super::{BoxFuture, Increment, MemoryStore, OverLimitCache, Store, StoreError, StoreHealth};
+use super::breaker::{Breaker, PROBE_MAX, Verdict};
+use super::{
+    BoxFuture, CounterStats, Increment, MemoryStore, OverLimitCache, Store, StoreError,
+    StoreHealth, expect_counts,
+};
 use crate::limiter::Now;
 use crate::metrics::{Metrics, StoreCall};
 
-/// Consecutive failed calls that mean "down" rather than "one slow reply".
-const TRIP_AFTER: u32 = 5;
-const PROBE_FIRST: Duration = Duration::from_millis(50);
-const PROBE_MAX: Duration = Duration::from_secs(2);
+/// The shared store behind the safety net (Redis, or a fake in tests).
+pub trait Primary: Send + Sync + 'static {
+    /// Counts after the increments, in batch order.
+    fn increment<'a>(
+        &'a self,
+        batch: &'a [&'a Increment],
+    ) -> BoxFuture<'a, Result<Vec<u64>, StoreError>>;
+
+    /// Connects afresh and proves that a request would be counted (the
+    /// increment script on a probe key), returning how long that call took.
+    fn probe(&self) -> BoxFuture<'_, Result<Duration, StoreError>>;
+
+    /// `redis` or `redis-cluster`.
+    fn backend(&self) -> &'static str;
+
+    /// Where the store is, for logs and `/readyz`; never shows a password.
+    fn describe(&self) -> String;
+}
 
 /// What decides a request the shared store could not count (`--store-failure`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -53,45 +71,56 @@ impl FailurePolicy {
 }
 
 struct Down {
-    since: Instant,
+    since: std::time::Instant,
     reason: String,
 }
 
-/// The Redis store wrapped in timeouts, a failure policy and a breaker.
+/// The shared store wrapped in timeouts, a failure policy and a breaker.
 pub struct Resilient {
-    primary: RedisStore,
+    primary: Box<dyn Primary>,
     fallback: MemoryStore,
     cache: OverLimitCache,
     policy: FailurePolicy,
     timeout: Duration,
+    /// The breaker's state, read by every request without a lock.
     open: AtomicBool,
-    failures: AtomicU32,
+    /// Set by a fault, cleared by the next success: the hot path takes the
+    /// breaker's lock only while faults are being seen.
+    faulty: AtomicBool,
+    breaker: Mutex<Breaker>,
     down: Mutex<Down>,
     wake: Notify,
     metrics: Arc<Metrics>,
 }
 
+/// Settings of the safety net.
+#[derive(Debug, Clone, Copy)]
+pub struct ResilientOptions {
+    pub policy: FailurePolicy,
+    /// Longest wait for the store per request (`--redis-timeout`).
+    pub timeout: Duration,
+    /// Entries of the over-limit cache (`--local-cache-size`).
+    pub cache_size: usize,
+    /// Counters the memory fallback may hold (`--max-counters`).
+    pub max_counters: usize,
+}
+
 impl Resilient {
     /// Starts with the breaker open: requests are decided by the policy until
     /// the background prober has connected.
-    pub fn new(
-        primary: RedisStore,
-        policy: FailurePolicy,
-        timeout: Duration,
-        cache_size: usize,
-        metrics: Arc<Metrics>,
-    ) -> Resilient {
+    pub fn new(primary: impl Primary, opts: ResilientOptions, metrics: Arc<Metrics>) -> Resilient {
         metrics.circuit(true);
         Resilient {
-            primary,
-            fallback: MemoryStore::default(),
-            cache: OverLimitCache::new(cache_size),
-            policy,
-            timeout,
+            primary: Box::new(primary),
+            fallback: MemoryStore::with_capacity(opts.max_counters),
+            cache: OverLimitCache::new(opts.cache_size),
+            policy: opts.policy,
+            timeout: opts.timeout,
             open: AtomicBool::new(true),
-            failures: AtomicU32::new(0),
+            faulty: AtomicBool::new(false),
+            breaker: Mutex::new(Breaker::new()),
             down: Mutex::new(Down {
-                since: Instant::now(),
+                since: std::time::Instant::now(),
                 reason: "not connected yet".into(),
             }),
             wake: Notify::new(),
@@ -124,11 +153,12 @@ impl Resilient {
                 Err(()) => self.by_policy(&ask),
             }
         };
-        // Answers from the store fill the gaps the cache left, in order.
+        // Answers fill the gaps the cache left, in order; both have exactly
+        // one count per increment asked, so nothing is ever filled with 0.
         let mut got = got.into_iter();
         cached
             .into_iter()
-            .map(|c| c.unwrap_or_else(|| got.next().unwrap_or(0)))
+            .map(|c| c.or_else(|| got.next()).unwrap_or(u64::MAX))
             .collect()
     }
 
@@ -139,20 +169,38 @@ impl Resilient {
         let started = Instant::now();
         let result = tokio::time::timeout(self.timeout, self.primary.increment(ask)).await;
         let took = started.elapsed();
+        let result = match result {
+            Ok(r) => r.and_then(|counts| expect_counts(counts, ask.len())),
+            Err(_) => Err(StoreError::Timeout),
+        };
         match result {
-            Ok(Ok(counts)) => {
+            Ok(counts) => {
                 self.metrics.store_call(StoreCall::Ok, took);
-                self.failures.store(0, Relaxed);
+                if self.faulty.swap(false, Relaxed) {
+                    self.breaker.lock().success();
+                }
                 Ok(counts)
             }
-            Ok(Err(e)) => {
-                self.metrics.store_call(StoreCall::Error, took);
-                self.failed(e.to_string());
+            Err(StoreError::Rejected(reason)) => {
+                // This request's own data: decided by the policy, and the
+                // store's health is not in question.
+                self.metrics.store_call(StoreCall::Rejected, took);
+                warn!(reason = %reason, "store refused a counter; this request is decided by --store-failure");
                 Err(())
             }
-            Err(_) => {
-                self.metrics.store_call(StoreCall::Timeout, took);
-                self.failed(format!("no answer within {} ms", self.timeout.as_millis()));
+            Err(e) => {
+                let kind = match e {
+                    StoreError::Timeout => StoreCall::Timeout,
+                    _ => StoreCall::Error,
+                };
+                self.metrics.store_call(kind, took);
+                let reason = match e {
+                    StoreError::Timeout => {
+                        format!("no answer within {} ms", self.timeout.as_millis())
+                    }
+                    e => e.to_string(),
+                };
+                self.fault(reason);
                 Err(())
             }
         }
@@ -167,32 +215,55 @@ impl Resilient {
             // Over by exactly the hits, so over-limit metrics stay truthful.
             FailurePolicy::Deny => ask
                 .iter()
-                .map(|i| u64::from(i.limit) + i.hits.max(1))
+                .map(|i| u64::from(i.limit).saturating_add(i.hits.max(1)))
                 .collect(),
         }
     }
 
-    fn failed(&self, reason: String) {
-        let n = self.failures.fetch_add(1, Relaxed) + 1;
-        if n >= TRIP_AFTER && !self.open.swap(true, Relaxed) {
-            error!(
-                store = %self.primary.target(),
-                reason = %reason,
-                policy = self.policy.name(),
-                "store down after {n} consecutive failures; deciding by --store-failure {} until it answers again",
-                self.policy.name()
-            );
-            *self.down.lock() = Down {
-                since: Instant::now(),
-                reason,
-            };
-            self.metrics.circuit(true);
-            self.wake.notify_one();
+    fn fault(&self, reason: String) {
+        self.faulty.store(true, Relaxed);
+        let mut breaker = self.breaker.lock();
+        if breaker.fault(Instant::now()) != Verdict::Tripped {
+            return;
         }
+        self.open.store(true, Relaxed);
+        self.metrics.circuit_trip(breaker.trips());
+        drop(breaker);
+        error!(
+            store = %self.primary.describe(),
+            reason = %reason,
+            policy = self.policy.name(),
+            "store down after consecutive failures; deciding by --store-failure {} until it answers again",
+            self.policy.name()
+        );
+        *self.down.lock() = Down {
+            since: std::time::Instant::now(),
+            reason,
+        };
+        self.metrics.circuit(true);
+        self.wake.notify_one();
     }
 
-    /// Waits for the breaker to open, then reconnects with backoff until the
-    /// store answers; repeats until cancelled.
+    /// One recovery attempt: the store must count a probe key, within the
+    /// time a request may wait.
+    async fn try_recover(&self) -> Result<(), StoreError> {
+        let rtt = tokio::time::timeout(PROBE_MAX, self.primary.probe())
+            .await
+            .unwrap_or(Err(StoreError::Timeout))?;
+        // A store that answers, but slower than a request may wait, is still
+        // down: taking it back would only fail every request again.
+        if rtt > self.timeout {
+            return Err(StoreError::Unavailable(format!(
+                "probe took {} ms, more than --redis-timeout {} ms",
+                rtt.as_millis(),
+                self.timeout.as_millis()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Waits for the breaker to open, then probes with backoff until the
+    /// store counts again; repeats until cancelled.
     async fn probe(self: Arc<Self>, token: CancellationToken) {
         let mut first = true;
         loop {
@@ -202,51 +273,41 @@ impl Resilient {
                     () = token.cancelled() => return,
                 }
             }
-            let mut backoff = Duration::ZERO;
+            let mut logged = false;
             loop {
+                let delay = self.breaker.lock().next_delay();
                 tokio::select! {
-                    () = tokio::time::sleep(backoff) => {}
+                    () = tokio::time::sleep(delay) => {}
                     () = token.cancelled() => return,
                 }
-                let attempt = tokio::time::timeout(PROBE_MAX, self.primary.connect()).await;
-                // A Redis that answers, but slower than a request may wait,
-                // is still down: taking it back would only fail every request
-                // again after a full timeout each.
-                let attempt = attempt.unwrap_or(Err(StoreError::Timeout)).and_then(|rtt| {
-                    if rtt > self.timeout {
-                        Err(StoreError::Unavailable(format!(
-                            "PING took {} ms, more than --redis-timeout {} ms",
-                            rtt.as_millis(),
-                            self.timeout.as_millis()
-                        )))
-                    } else {
-                        Ok(())
-                    }
-                });
-                match attempt {
+                match self.try_recover().await {
                     Ok(()) => {
-                        let down_for = self.down.lock().since.elapsed();
-                        self.failures.store(0, Relaxed);
-                        self.open.store(false, Relaxed);
-                        self.metrics.circuit(false);
-                        if first {
-                            info!(store = %self.primary.target(), "store connected");
-                        } else {
-                            info!(store = %self.primary.target(), down_seconds = down_for.as_secs_f64(), "store back; counting in it again");
-                        }
+                        self.recovered(first);
                         break;
                     }
                     Err(e) => {
-                        let mut down = self.down.lock();
-                        if first && backoff.is_zero() {
-                            error!(store = %self.primary.target(), reason = %e, policy = self.policy.name(), "store unreachable at startup; deciding by --store-failure {} and retrying", self.policy.name());
+                        if first && !logged {
+                            error!(store = %self.primary.describe(), reason = %e, policy = self.policy.name(), "store unreachable at startup; deciding by --store-failure {} and retrying", self.policy.name());
+                            logged = true;
                         }
-                        down.reason = e.to_string();
+                        self.down.lock().reason = e.to_string();
                     }
                 }
-                backoff = (backoff * 2).clamp(PROBE_FIRST, PROBE_MAX);
             }
             first = false;
+        }
+    }
+
+    fn recovered(&self, first: bool) {
+        let down_for = self.down.lock().since.elapsed();
+        self.faulty.store(false, Relaxed);
+        self.breaker.lock().close(Instant::now());
+        self.open.store(false, Relaxed);
+        self.metrics.circuit(false);
+        if first {
+            info!(store = %self.primary.describe(), "store connected");
+        } else {
+            info!(store = %self.primary.describe(), down_seconds = down_for.as_secs_f64(), "store back; counting in it again");
         }
     }
 }
@@ -276,7 +337,7 @@ impl Store for Resilient {
             detail: Some(format!(
                 "{} {} unreachable for {:.1}s: {}; deciding by --store-failure {}",
                 self.primary.backend(),
-                self.primary.target(),
+                self.primary.describe(),
                 down.since.elapsed().as_secs_f64(),
                 down.reason,
                 self.policy.name()
@@ -289,7 +350,15 @@ impl Store for Resilient {
         self.cache.sweep(now);
     }
 
+    fn counters(&self) -> CounterStats {
+        self.fallback.stats()
+    }
+
     fn background(self: Arc<Self>, token: CancellationToken) -> Option<BoxFuture<'static, ()>> {
         Some(Box::pin(self.probe(token)))
     }
 }
+
+#[cfg(test)]
+#[path = "resilient_tests.rs"]
+mod tests;

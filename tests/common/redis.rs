@@ -202,6 +202,15 @@ impl RedisServer {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// The counter keys held here: every key but sluice's recovery probe.
+    pub fn counter_keys(&self) -> Vec<String> {
+        self.cli(&["--scan"])
+            .lines()
+            .filter(|k| !k.is_empty() && !k.ends_with("sluice:probe"))
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// Calls of one command from `INFO commandstats`.
     pub fn calls(&self, command: &str) -> u64 {
         let info = self.cli(&["info", "commandstats"]);

@@ -1,0 +1,323 @@
+//! Accepted connections under bounds, for both listeners: a cap on open
+//! connections (accepting pauses at the cap, so the kernel's backlog holds
+//! the rest), accept errors backed off instead of retried in a spin (out of
+//! file descriptors), and an idle timeout that closes a connection on which
+//! nothing has happened for too long.
+//!
+//! "Nothing happened" differs per listener: on gRPC it means no request in
+//! flight and none started (HTTP/2 pings keep a connection alive for the
+//! keepalive, not for the idle timeout); on the admin port, no byte read.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::time::{Instant, Sleep};
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use crate::metrics::{Listener, Metrics};
+
+const ACCEPT_BACKOFF_FIRST: Duration = Duration::from_millis(10);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Bounds of one listener.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnLimits {
+    /// Connections open at once.
+    pub max_connections: usize,
+    /// Closed after this long without activity.
+    pub idle_timeout: Duration,
+}
+
+/// What a connection has been doing, shared between its socket and the
+/// service that answers its requests.
+#[derive(Debug)]
+pub struct Activity {
+    base: Instant,
+    in_flight: AtomicUsize,
+    /// Milliseconds after `base` of the last activity.
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            base: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn touch(&self) {
+        let ms = u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, Relaxed);
+    }
+
+    /// Marks a request as started; the guard marks it done when dropped.
+    pub fn start(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Relaxed);
+        self.touch();
+        InFlight(self.clone())
+    }
+
+    /// When the connection becomes idle, given what is known now.
+    fn idle_at(&self, idle: Duration) -> Instant {
+        if self.in_flight.load(Relaxed) > 0 {
+            return Instant::now() + idle;
+        }
+        self.base + Duration::from_millis(self.last_ms.load(Relaxed)) + idle
+    }
+}
+
+/// A request in flight on a connection.
+#[derive(Debug)]
+pub struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.in_flight.fetch_sub(1, Relaxed);
+    }
+}
+
+/// A connection's place under the cap: the permit and the gauge go with it.
+pub struct Ticket {
+    _permit: OwnedSemaphorePermit,
+    metrics: Arc<Metrics>,
+    listener: Listener,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.metrics.connection(self.listener, false);
+    }
+}
+
+/// An accepted socket with its ticket, before any handshake.
+pub type Admitted = (TcpStream, Ticket);
+
+/// Accepts on `listener` under `limits` until `token` is cancelled or the
+/// receiver is dropped.
+pub fn accept(
+    listener: TcpListener,
+    limits: ConnLimits,
+    kind: Listener,
+    metrics: Arc<Metrics>,
+    token: CancellationToken,
+) -> mpsc::Receiver<Admitted> {
+    let (tx, rx) = mpsc::channel(16);
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    tokio::spawn(async move {
+        let mut backoff = Duration::ZERO;
+        loop {
+            let permit = tokio::select! {
+                () = token.cancelled() => return,
+                () = tx.closed() => return,
+                p = slots.clone().acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => return,
+                },
+            };
+            let stream = tokio::select! {
+                () = token.cancelled() => return,
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        metrics.accept_error();
+                        if backoff.is_zero() {
+                            warn!(listener = ?kind, error = %e, "accept failed; pausing before the next accept");
+                        }
+                        backoff = (backoff * 2).clamp(ACCEPT_BACKOFF_FIRST, ACCEPT_BACKOFF_MAX);
+                        tokio::select! {
+                            () = token.cancelled() => return,
+                            () = tokio::time::sleep(backoff) => continue,
+                        }
+                    }
+                },
+            };
+            backoff = Duration::ZERO;
+            // Nagle off: tonic's own `tcp_nodelay` only applies to listeners
+            // it binds, and a gRPC answer written in pieces would otherwise
+            // wait for a delayed ACK (a 40 ms tail). Best effort.
+            let _ = stream.set_nodelay(true);
+            metrics.connection(kind, true);
+            let ticket = Ticket {
+                _permit: permit,
+                metrics: metrics.clone(),
+                listener: kind,
+            };
+            if tx.send((stream, ticket)).await.is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// Whose activity keeps a connection open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdleBy {
+    /// Requests, reported by the service through [`Activity::start`].
+    Requests,
+    /// Any byte read from the client.
+    Reads,
+}
+
+/// A connection that closes itself after its idle timeout.
+pub struct Guarded<IO> {
+    io: IO,
+    activity: Arc<Activity>,
+    by: IdleBy,
+    idle: Duration,
+    timer: Pin<Box<Sleep>>,
+    metrics: Arc<Metrics>,
+    _ticket: Ticket,
+}
+
+impl<IO> Guarded<IO> {
+    pub fn new(io: IO, ticket: Ticket, idle: Duration, by: IdleBy) -> Guarded<IO> {
+        let activity = Arc::new(Activity::new());
+        Guarded {
+            io,
+            timer: Box::pin(tokio::time::sleep_until(Instant::now() + idle)),
+            activity,
+            by,
+            idle,
+            metrics: ticket.metrics.clone(),
+            _ticket: ticket,
+        }
+    }
+
+    /// Pending until the idle timeout has passed with nothing happening.
+    fn poll_idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        loop {
+            if self.timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            let at = self.activity.idle_at(self.idle);
+            if at <= Instant::now() {
+                self.metrics.idle_closed();
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "connection idle for longer than its idle timeout",
+                )));
+            }
+            self.timer.as_mut().reset(at);
+        }
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.io).poll_read(cx, buf) {
+            Poll::Ready(r) => {
+                if self.by == IdleBy::Reads && buf.filled().len() > before {
+                    self.activity.touch();
+                }
+                Poll::Ready(r)
+            }
+            Poll::Pending => self.poll_idle(cx),
+        }
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+impl<IO> tonic::transport::server::Connected for Guarded<IO> {
+    /// Reaches the service in each request's extensions, so it can report
+    /// the requests that keep the connection busy.
+    type ConnectInfo = Arc<Activity>;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.activity.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn ticket() -> Ticket {
+        let permit = Arc::new(Semaphore::new(1))
+            .try_acquire_owned()
+            .expect("a permit");
+        Ticket {
+            _permit: permit,
+            metrics: Arc::new(Metrics::default()),
+            listener: Listener::Grpc,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn closes_after_the_idle_timeout_unless_a_request_is_in_flight() {
+        let (client, server) = tokio::io::duplex(64);
+        let mut g = Guarded::new(server, ticket(), Duration::from_secs(10), IdleBy::Requests);
+        let busy = g.activity.start();
+        let mut buf = [0u8; 8];
+        // A request in flight for a minute: not idle.
+        let read = tokio::time::timeout(Duration::from_secs(60), g.read(&mut buf)).await;
+        assert!(read.is_err(), "still open while busy");
+        drop(busy);
+        let started = Instant::now();
+        let e = g.read(&mut buf).await.expect_err("idle");
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), Duration::from_secs(10));
+        drop(client);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reads_keep_an_admin_connection_open() {
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut g = Guarded::new(server, ticket(), Duration::from_secs(10), IdleBy::Reads);
+        let mut buf = [0u8; 8];
+        for _ in 0..5 {
+            tokio::time::advance(Duration::from_secs(8)).await;
+            client.write_all(b"x").await.expect("write");
+            assert_eq!(g.read(&mut buf).await.expect("read"), 1);
+        }
+        let started = Instant::now();
+        assert!(g.read(&mut buf).await.is_err());
+        assert_eq!(started.elapsed(), Duration::from_secs(10));
+    }
+}

@@ -1,0 +1,175 @@
+//! The safety net against a fake primary, on tokio's paused clock: which
+//! errors trip the breaker, what a malformed reply becomes, and how often a
+//! store that answers probes but fails requests is tried again.
+
+use std::sync::Mutex as StdMutex;
+use std::sync::atomic::AtomicUsize;
+
+use super::*;
+use crate::limiter::{Unit, Window};
+use crate::store::CounterKey;
+
+/// How the fake answers an increment.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Count,
+    /// Fewer counts than increments, as a broken proxy would answer.
+    Short,
+    /// Probes pass, increments fail: a Redis that answers PING (or the
+    /// probe) but refuses scripts.
+    FailRequests,
+}
+
+struct Fake {
+    mode: StdMutex<Mode>,
+    counts: StdMutex<std::collections::HashMap<String, u64>>,
+    probes: AtomicUsize,
+    calls: AtomicUsize,
+}
+
+impl Fake {
+    fn new(mode: Mode) -> Arc<Fake> {
+        Arc::new(Fake {
+            mode: StdMutex::new(mode),
+            counts: StdMutex::default(),
+            probes: AtomicUsize::new(0),
+            calls: AtomicUsize::new(0),
+        })
+    }
+}
+
+impl Primary for Arc<Fake> {
+    fn increment<'a>(
+        &'a self,
+        batch: &'a [&'a Increment],
+    ) -> BoxFuture<'a, Result<Vec<u64>, StoreError>> {
+        self.calls.fetch_add(1, Relaxed);
+        let mode = *self.mode.lock().unwrap();
+        let result = match mode {
+            Mode::FailRequests => Err(StoreError::Unavailable("NOSCRIPT".into())),
+            Mode::Short => Ok(Vec::new()),
+            Mode::Count => batch
+                .iter()
+                .map(|inc| {
+                    let name = format!("{:?}", inc.key.parts().1);
+                    if name.contains("poison") {
+                        return Err(StoreError::Rejected("would overflow".into()));
+                    }
+                    let mut counts = self.counts.lock().unwrap();
+                    let c = counts.entry(name).or_default();
+                    *c += inc.hits;
+                    Ok(*c)
+                })
+                .collect(),
+        };
+        Box::pin(std::future::ready(result))
+    }
+
+    fn probe(&self) -> BoxFuture<'_, Result<Duration, StoreError>> {
+        self.probes.fetch_add(1, Relaxed);
+        Box::pin(std::future::ready(Ok(Duration::from_millis(1))))
+    }
+
+    fn backend(&self) -> &'static str {
+        "redis"
+    }
+
+    fn describe(&self) -> String {
+        "fake".into()
+    }
+}
+
+fn inc(v: &str) -> Increment {
+    Increment {
+        key: CounterKey::new("d", Unit::Hour, [("k", v)]),
+        hits: 1,
+        limit: 2,
+        window: Window::containing(Unit::Hour, Now(3600)),
+    }
+}
+
+fn net(fake: &Arc<Fake>, policy: FailurePolicy) -> Arc<Resilient> {
+    Arc::new(Resilient::new(
+        fake.clone(),
+        ResilientOptions {
+            policy,
+            timeout: Duration::from_millis(20),
+            cache_size: 0,
+            max_counters: 1000,
+        },
+        Arc::new(Metrics::default()),
+    ))
+}
+
+/// Starts the prober and waits until it has connected.
+async fn connected(r: &Arc<Resilient>, token: &CancellationToken) {
+    let bg = r.clone().background(token.clone()).expect("a prober");
+    tokio::spawn(bg);
+    for _ in 0..100 {
+        if r.health().healthy {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("never connected");
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_clients_refused_counter_never_trips_the_breaker() {
+    let fake = Fake::new(Mode::Count);
+    let r = net(&fake, FailurePolicy::Deny);
+    let token = CancellationToken::new();
+    connected(&r, &token).await;
+    for _ in 0..100 {
+        // Decided by the policy (deny): over the limit, for this request only.
+        let c = r.increment(&[inc("poison")]).await.unwrap();
+        assert!(c[0] > 2);
+    }
+    assert!(r.health().healthy, "{:?}", r.health());
+    assert_eq!(r.increment(&[inc("honest")]).await.unwrap(), [1]);
+    assert_eq!(r.increment(&[inc("honest")]).await.unwrap(), [2]);
+    token.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_short_reply_is_a_store_fault_never_an_admit() {
+    let fake = Fake::new(Mode::Count);
+    let r = net(&fake, FailurePolicy::Deny);
+    let token = CancellationToken::new();
+    connected(&r, &token).await;
+    *fake.mode.lock().unwrap() = Mode::Short;
+    for _ in 0..TRIP_AFTER_FOR_TESTS {
+        let c = r.increment(&[inc("a"), inc("b")]).await.unwrap();
+        assert_eq!(c.len(), 2);
+        assert!(
+            c.iter().all(|&n| n > 2),
+            "denied by policy, not admitted: {c:?}"
+        );
+    }
+    let h = r.health();
+    assert!(!h.healthy);
+    assert!(h.detail.unwrap_or_default().contains("malformed reply"));
+    token.cancel();
+}
+
+const TRIP_AFTER_FOR_TESTS: u32 = super::super::breaker::TRIP_AFTER;
+
+#[tokio::test(start_paused = true)]
+async fn a_store_that_passes_probes_but_fails_requests_is_tried_ever_less() {
+    let fake = Fake::new(Mode::FailRequests);
+    let r = net(&fake, FailurePolicy::Fallback);
+    let token = CancellationToken::new();
+    connected(&r, &token).await;
+    // Ten minutes of steady traffic, one request every 10 ms.
+    for _ in 0..60_000 {
+        r.increment(&[inc("a")]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let probes = fake.probes.load(Relaxed);
+    let calls = fake.calls.load(Relaxed);
+    // Without damping: a probe and five failed calls every ~50 ms, some
+    // 12,000 probes. With it, the probe interval grows to FLAP_MAX.
+    assert!(probes < 40, "{probes} probes");
+    assert!(calls < 200, "{calls} calls reached the failing store");
+    token.cancel();
+}
