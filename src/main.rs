@@ -85,6 +85,9 @@ struct ConfigArgs {
     /// Allow one domain to be spread across several files.
     #[arg(long, env = "SLUICE_MERGE_DOMAINS")]
     merge_domains: bool,
+    /// Rule files one load may read; more is a load error.
+    #[arg(long, env = "SLUICE_MAX_RULE_FILES", default_value_t = LoadOptions::default().max_files)]
+    max_rule_files: usize,
 }
 
 #[derive(Args, Clone)]
@@ -387,6 +390,7 @@ fn main() -> ExitCode {
 fn load_options(c: &ConfigArgs) -> LoadOptions {
     LoadOptions {
         merge_domains: c.merge_domains,
+        max_files: c.max_rule_files,
     }
 }
 
@@ -486,7 +490,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(async move {
+    let result = runtime.block_on(async move {
         let listeners = Listeners {
             grpc: TcpListener::bind(args.grpc_addr)
                 .await
@@ -529,5 +533,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         // request sluice decided was answered.
         info!(answered = metrics.requests_total(), "sluice stopped");
         Ok(ExitCode::SUCCESS)
-    })
+    });
+    // A reload still running on a blocking thread (a huge or slow rule
+    // directory) must not hold the exit past the grace period.
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    result
 }

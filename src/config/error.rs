@@ -41,10 +41,34 @@ pub enum LoadError {
     Invalid(Vec<ConfigError>),
 }
 
+/// Errors shown in one message; the rest are counted. A directory that
+/// yields thousands of errors must not make a megabyte log line or `/readyz`.
+pub const SHOWN_ERRORS: usize = 10;
+/// Bytes of one error's message shown.
+const MESSAGE_BYTES: usize = 512;
+
 fn join(errors: &[ConfigError]) -> String {
-    errors
+    let mut lines: Vec<String> = errors
         .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("\n")
+        .take(SHOWN_ERRORS)
+        .map(|e| {
+            let mut text = e.to_string();
+            if text.len() > MESSAGE_BYTES {
+                let mut cut = MESSAGE_BYTES;
+                while !text.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                text.truncate(cut);
+                text.push_str("...");
+            }
+            text
+        })
+        .collect();
+    if errors.len() > SHOWN_ERRORS {
+        lines.push(format!(
+            "... and {} more errors",
+            errors.len() - SHOWN_ERRORS
+        ));
+    }
+    lines.join("\n")
 }

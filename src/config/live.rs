@@ -51,8 +51,12 @@ pub struct LiveRules {
     /// poll can tell whether anything changed since.
     stat_seen: AtomicU64,
     last_error: Mutex<Option<String>>,
-    /// Serialises reloads so two can never race to swap.
-    reload_lock: Mutex<()>,
+    /// Serialises reloads so two can never race to swap, and keeps the
+    /// outcome of the last one for the callers it also answers.
+    reload_lock: Mutex<Option<Result<Reload, LoadError>>>,
+    /// Reloads started so far: a caller that finds one started after it
+    /// arrived takes that one's outcome instead of running its own.
+    started: AtomicU64,
     dir: PathBuf,
     opts: LoadOptions,
     metrics: Arc<Metrics>,
@@ -65,7 +69,7 @@ impl LiveRules {
         opts: LoadOptions,
         metrics: Arc<Metrics>,
     ) -> Result<LiveRules, LoadError> {
-        let stat = stat_fingerprint(dir);
+        let stat = stat_fingerprint(dir, opts.max_files);
         let rules = load_dir(dir, opts, &metrics).inspect_err(|_| metrics.config_load(Err(())))?;
         metrics.config_load(Ok(1));
         Ok(LiveRules {
@@ -75,7 +79,8 @@ impl LiveRules {
             }),
             stat_seen: AtomicU64::new(stat),
             last_error: Mutex::new(None),
-            reload_lock: Mutex::new(()),
+            reload_lock: Mutex::new(None),
+            started: AtomicU64::new(0),
             dir: dir.to_path_buf(),
             opts,
             metrics,
@@ -97,15 +102,40 @@ impl LiveRules {
         &self.dir
     }
 
+    /// The options the rules are loaded with.
+    pub fn options(&self) -> LoadOptions {
+        self.opts
+    }
+
     /// Loads the directory again and swaps the result in. On any error the
     /// previous rules stay in force, the error is kept for `/readyz`, counted,
     /// and logged once (a repeat of the same error is not logged again).
+    ///
+    /// Callers that arrive while a reload runs share the next one: forty
+    /// `POST /reload` at once cost two loads, not forty.
     /// Blocking (file I/O): call it from a blocking thread. `cause` is for the log.
     pub fn reload(&self, cause: &str) -> Result<Reload, LoadError> {
-        let _serial = self.reload_lock.lock();
+        let arrived = self.started.load(Ordering::Acquire);
+        let mut last = self.reload_lock.lock();
+        if self.started.load(Ordering::Acquire) > arrived
+            && let Some(outcome) = last.as_ref()
+        {
+            // A reload that started after this caller arrived has finished:
+            // it read the directory as this caller wants it read.
+            return outcome.clone();
+        }
+        self.started.fetch_add(1, Ordering::AcqRel);
+        let outcome = self.reload_now(cause);
+        *last = Some(outcome.clone());
+        outcome
+    }
+
+    fn reload_now(&self, cause: &str) -> Result<Reload, LoadError> {
         let previous = self.current.load_full();
-        self.stat_seen
-            .store(stat_fingerprint(&self.dir), Ordering::Relaxed);
+        self.stat_seen.store(
+            stat_fingerprint(&self.dir, self.opts.max_files),
+            Ordering::Relaxed,
+        );
         let rules = match load_dir(&self.dir, self.opts, &self.metrics) {
             Ok(rules) => rules,
             Err(e) => {

@@ -7,6 +7,7 @@ mod error;
 mod live;
 mod matcher;
 mod model;
+mod walk;
 pub mod watch;
 mod yaml;
 
@@ -22,14 +23,24 @@ pub use model::{LimitDef, parse_file};
 
 use crate::metrics::Metrics;
 
-/// How deep the loader follows directories, so a symlink loop cannot hang it.
-const MAX_DEPTH: usize = 16;
+pub use walk::stat_fingerprint;
 
 /// Settings that change how a directory is read.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct LoadOptions {
     /// Allow one domain to be spread over several files.
     pub merge_domains: bool,
+    /// The most rule files one load reads (`--max-rule-files`).
+    pub max_files: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            merge_domains: false,
+            max_files: 1000,
+        }
+    }
 }
 
 /// One load's rules, immutable once built.
@@ -90,14 +101,11 @@ impl Rules {
 /// skipping dot-files and dot-directories (Kubernetes' `..data`). Either the
 /// whole directory is valid or every error is returned.
 pub fn load_dir(dir: &Path, opts: LoadOptions, metrics: &Metrics) -> Result<Rules, LoadError> {
-    let mut files = Vec::new();
-    collect(dir, 0, &mut files)?;
-    files.sort();
-    if files.is_empty() {
+    let walk::Found { files, mut errors } = walk::find(dir, opts.max_files)?;
+    if files.is_empty() && errors.is_empty() {
         return Err(LoadError::Empty(dir.to_path_buf()));
     }
     let mut texts = Vec::with_capacity(files.len());
-    let mut errors = Vec::new();
     for file in files {
         match std::fs::read_to_string(&file) {
             Ok(text) => texts.push((file, text)),
@@ -142,55 +150,6 @@ pub fn load_texts(
         domains,
         fingerprint: hasher.finish(),
     })
-}
-
-/// A cheap fingerprint of the directory from file metadata alone (paths, sizes,
-/// modification times, following symlinks), for polling between events.
-pub fn stat_fingerprint(dir: &Path) -> u64 {
-    let mut files = Vec::new();
-    let mut hasher = DefaultHasher::new();
-    if collect(dir, 0, &mut files).is_err() {
-        return 0;
-    }
-    files.sort();
-    for f in &files {
-        f.hash(&mut hasher);
-        if let Ok(m) = std::fs::metadata(f) {
-            m.len().hash(&mut hasher);
-            m.modified().ok().hash(&mut hasher);
-        }
-    }
-    hasher.finish()
-}
-
-fn collect(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<(), LoadError> {
-    let unreadable = |e: std::io::Error| LoadError::Directory(dir.to_path_buf(), e.to_string());
-    for entry in std::fs::read_dir(dir).map_err(unreadable)? {
-        let path = entry.map_err(unreadable)?.path();
-        let hidden = path
-            .file_name()
-            .is_none_or(|n| n.to_string_lossy().starts_with('.'));
-        if hidden {
-            continue;
-        }
-        // metadata() follows symlinks: ConfigMap files are links into `..data`.
-        let Ok(meta) = std::fs::metadata(&path) else {
-            continue;
-        };
-        if meta.is_dir() && depth < MAX_DEPTH {
-            collect(&path, depth + 1, out)?;
-        } else if meta.is_file() && is_yaml(&path) {
-            out.push(path);
-        }
-    }
-    Ok(())
-}
-
-fn is_yaml(path: &Path) -> bool {
-    matches!(
-        path.extension().and_then(|e| e.to_str()),
-        Some("yaml" | "yml")
-    )
 }
 
 #[cfg(test)]

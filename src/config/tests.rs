@@ -17,6 +17,7 @@ fn compile_many(files: &[(&str, &str)], merge: bool) -> Result<Rules, LoadError>
         dir.path(),
         LoadOptions {
             merge_domains: merge,
+            ..LoadOptions::default()
         },
         &Metrics::default(),
     )

@@ -76,16 +76,26 @@ impl Watch {
                     }
                     // Walking the directory is file I/O: keep it off the runtime.
                     let (d, rules) = (dir.clone(), self.rules.clone());
-                    let changed = tokio::task::spawn_blocking(move || stat_fingerprint(&d) != rules.stat_seen());
-                    if !changed.await.unwrap_or(false) {
-                        continue;
+                    let max = rules.options().max_files;
+                    let changed = tokio::task::spawn_blocking(move || stat_fingerprint(&d, max) != rules.stat_seen());
+                    tokio::select! {
+                        () = token.cancelled() => return,
+                        changed = changed => if !changed.unwrap_or(false) {
+                            continue;
+                        },
                     }
                     "poll"
                 }
             };
             let rules = self.rules.clone();
-            // Logging and metrics happen inside reload; the outcome is not needed here.
-            let _ = tokio::task::spawn_blocking(move || rules.reload(cause)).await;
+            // Logging and metrics happen inside reload; the outcome is not
+            // needed here. Shutdown does not wait for a reload in progress:
+            // it is left to finish on its thread while the process exits.
+            let reload = tokio::task::spawn_blocking(move || rules.reload(cause));
+            tokio::select! {
+                () = token.cancelled() => return,
+                _ = reload => {}
+            }
         }
     }
 }

@@ -1,0 +1,210 @@
+//! Hostile data against the store path: a poisoned counter or hits value
+//! fails only its own request; a store that answers PING but not scripts,
+//! answers garbage or answers short is never taken for healthy and never
+//! admits by default.
+
+mod common;
+
+use std::time::Duration;
+
+use common::fake_redis::{FakeRedis, handshake};
+use common::redis::RedisServer;
+use common::*;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::google::protobuf::UInt64Value;
+use tonic::Code as GrpcCode;
+
+const RULES: &str = "
+domain: shop
+descriptors:
+  - key: ip
+    rate_limit: {unit: hour, requests_per_unit: 3}
+";
+
+fn status(s: &Sluice) -> String {
+    let (_, text) = s.get("/readyz");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    v["status"].as_str().unwrap_or_default().to_owned()
+}
+
+fn trips(s: &Sluice) -> f64 {
+    metric(&s.get("/metrics").1, "sluice_store_circuit_trips_total").unwrap_or(-1.0)
+}
+
+#[tokio::test]
+async fn hits_beyond_the_bound_are_invalid_arguments() {
+    let s = Sluice::start(&[("shop.yaml", RULES)], &["--max-hits", "1000"]);
+    let mut c = s.client().await;
+    let mut d = descriptor(&[("ip", "a")]);
+    d.hits_addend = Some(UInt64Value { value: 1 << 63 });
+    let e = c
+        .should_rate_limit(request("shop", vec![d]))
+        .await
+        .expect_err("refused");
+    assert_eq!(e.code(), GrpcCode::InvalidArgument);
+    assert!(e.message().contains("--max-hits"), "{}", e.message());
+    let req = RateLimitRequest {
+        hits_addend: 1001,
+        ..request("shop", vec![descriptor(&[("ip", "a")])])
+    };
+    let e = c.should_rate_limit(req).await.expect_err("refused");
+    assert!(e.message().contains("--max-hits"), "{}", e.message());
+    assert_eq!(ask(&mut c, "shop", &[("ip", "a")]).await.overall_code, OK);
+}
+
+/// Counters that Redis refuses (one that would overflow, one holding a
+/// string) are their own requests' business: honest requests batched with
+/// them are counted, and the breaker never trips.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poisoned_counter_fails_only_its_own_request() {
+    let redis = RedisServer::start();
+    let s = Sluice::start(
+        &[("shop.yaml", RULES)],
+        &[
+            "--redis-url",
+            &redis.url(),
+            "--key-format",
+            "envoyproxy",
+            "--store-failure",
+            "deny",
+            "--redis-timeout",
+            "2s",
+        ],
+    );
+    assert!(eventually(Duration::from_secs(10), || status(&s) == "ready"));
+    let hour = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        / 3600
+        * 3600;
+    for h in [hour, hour + 3600] {
+        redis.cli(&["set", &format!("shop_ip_full_{h}"), &i64::MAX.to_string()]);
+        redis.cli(&["lpush", &format!("shop_ip_list_{h}"), "x"]);
+    }
+    let c = s.client().await;
+    let tasks: Vec<_> = (0..300)
+        .map(|i| {
+            let mut c = c.clone();
+            tokio::spawn(async move {
+                let ip = match i % 3 {
+                    0 => "full".to_owned(),
+                    1 => "list".to_owned(),
+                    _ => format!("honest{i}"),
+                };
+                (
+                    i % 3,
+                    ask(&mut c, "shop", &[("ip", &ip)]).await.overall_code,
+                )
+            })
+        })
+        .collect();
+    for t in tasks {
+        let (kind, code) = t.await.unwrap();
+        match kind {
+            // Past i64::MAX is past any limit.
+            0 => assert_eq!(code, OVER),
+            // Decided by the policy (deny), for this request alone.
+            1 => assert_eq!(code, OVER),
+            _ => assert_eq!(code, OK, "an honest request paid for a poisoned one"),
+        }
+    }
+    assert_eq!(status(&s), "ready");
+    assert_eq!(trips(&s), 0.0);
+    let m = s.get("/metrics").1;
+    assert!(metric(&m, "sluice_store_errors_total{kind=\"rejected\"}").unwrap() >= 100.0);
+    assert_eq!(
+        metric(&m, "sluice_store_errors_total{kind=\"error\"}"),
+        Some(0.0)
+    );
+}
+
+/// A Redis user that may PING but not run scripts: the store is down for
+/// sluice's purposes, and stays down without flapping.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_refuses_scripts_is_down_and_does_not_flap() {
+    let redis = RedisServer::start();
+    redis.cli(&[
+        "acl", "setuser", "noscript", "on", ">pw", "~*", "+@all", "-evalsha", "-eval",
+    ]);
+    let url = format!("redis://noscript:pw@127.0.0.1:{}", redis.port);
+    let s = Sluice::start(
+        &[("shop.yaml", RULES)],
+        &["--redis-url", &url, "--redis-timeout", "500ms"],
+    );
+    let mut c = s.client().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    let mut admitted = 0;
+    while std::time::Instant::now() < deadline {
+        admitted += usize::from(ask(&mut c, "shop", &[("ip", "x")]).await.overall_code == OK);
+        assert_ne!(
+            status(&s),
+            "ready",
+            "a Redis that refuses scripts is not ready"
+        );
+    }
+    // Counted by the fallback: the limit holds in this instance.
+    assert_eq!(admitted, 3);
+    assert_eq!(trips(&s), 0.0, "never taken back, so never tripped again");
+    let (_, text) = s.get("/readyz");
+    assert!(
+        text.contains("NOPERM") || text.contains("permission"),
+        "{text}"
+    );
+}
+
+/// A Redis out of memory answers PING and reads, but no write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_out_of_memory_is_down() {
+    let redis = RedisServer::start();
+    redis.cli(&["config", "set", "maxmemory-policy", "noeviction"]);
+    redis.cli(&["debug", "populate", "20000", "fill", "100"]);
+    redis.cli(&["config", "set", "maxmemory", "1"]);
+    let s = Sluice::start(
+        &[("shop.yaml", RULES)],
+        &["--redis-url", &redis.url(), "--redis-timeout", "500ms"],
+    );
+    let mut c = s.client().await;
+    for _ in 0..20 {
+        ask(&mut c, "shop", &[("ip", "y")]).await;
+        assert_ne!(status(&s), "ready");
+    }
+    let (_, text) = s.get("/readyz");
+    assert!(text.contains("OOM"), "{text}");
+    // Memory freed: counting in Redis resumes.
+    redis.cli(&["config", "set", "maxmemory", "0"]);
+    assert!(eventually(Duration::from_secs(10), || status(&s) == "ready"));
+}
+
+/// Answers to the increment script that do not fit the call: nothing is
+/// admitted on a missing count, and the store is reported down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_and_garbage_replies_never_admit() {
+    for reply in [
+        &b"*0\r\n"[..],
+        b"*1\r\n:1\r\n",
+        b"+what\r\n",
+        b"*2\r\n$3\r\nabc\r\n:-7\r\n",
+    ] {
+        let fake = FakeRedis::start(move |cmd| handshake(cmd).unwrap_or_else(|| reply.to_vec()));
+        let s = Sluice::start(
+            &[("shop.yaml", RULES)],
+            &["--redis-url", &fake.url(), "--redis-timeout", "200ms"],
+        );
+        let mut c = s.client().await;
+        let mut admitted = 0;
+        for _ in 0..20 {
+            let r = ask(&mut c, "shop", &[("ip", "z")]).await;
+            admitted += usize::from(r.overall_code == OK);
+        }
+        assert_eq!(admitted, 3, "reply {:?}", String::from_utf8_lossy(reply));
+        assert_ne!(status(&s), "ready");
+        let (_, text) = s.get("/readyz");
+        assert!(
+            text.contains("malformed") || text.contains("probe"),
+            "{text}"
+        );
+        // No connection storm: one pool per probe, probes backed off.
+        assert!(fake.connections.load(std::sync::atomic::Ordering::Relaxed) < 50);
+    }
+}
