@@ -1,0 +1,337 @@
+//! Hostile connections: idle and half-sent ones are closed, the number open
+//! is capped on both ports, streams per connection are capped, running out
+//! of file descriptors does not spin, and the admin port refuses what a web
+//! page could send it.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+const RULES: &str = "
+domain: web
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 100}
+";
+
+/// Whether the server closed `s` (a read sees end of stream or a reset).
+fn closed_by_server(s: &mut TcpStream) -> bool {
+    s.set_read_timeout(Some(Duration::from_millis(50))).ok();
+    let mut buf = [0u8; 256];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return false,
+            Err(_) => return true,
+        }
+    }
+}
+
+fn connect(addr: std::net::SocketAddr) -> TcpStream {
+    TcpStream::connect(addr).expect("connect")
+}
+
+#[tokio::test]
+async fn idle_and_half_sent_connections_are_closed() {
+    let s = Sluice::start(
+        &[("web.yaml", RULES)],
+        &[
+            "--grpc-idle-timeout",
+            "1s",
+            "--admin-idle-timeout",
+            "1s",
+            "--admin-header-timeout",
+            "1s",
+        ],
+    );
+    // A raw TCP connection that never speaks, on each port.
+    let mut grpc = connect(s.grpc);
+    let mut admin = connect(s.admin);
+    // A request whose headers never finish, trickled a byte at a time.
+    let mut half = connect(s.admin);
+    half.write_all(b"GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .unwrap();
+    let mut trickle = true;
+    assert!(eventually(Duration::from_secs(10), || {
+        if trickle {
+            trickle = half.write_all(b"X").is_ok();
+        }
+        closed_by_server(&mut grpc) && closed_by_server(&mut admin) && closed_by_server(&mut half)
+    }));
+    // An HTTP/2 client that keeps a request going is not idle; one after the
+    // timeout still gets an answer on a fresh connection.
+    let mut c = s.client().await;
+    assert_eq!(ask(&mut c, "web", &[("k", "v")]).await.overall_code, OK);
+    let m = s.get("/metrics").1;
+    assert!(metric(&m, "sluice_connections_idle_closed_total").unwrap() >= 1.0);
+}
+
+#[tokio::test]
+async fn connections_are_capped_and_the_admin_port_keeps_answering() {
+    let s = Sluice::start(
+        &[("web.yaml", RULES)],
+        &[
+            "--grpc-max-connections",
+            "8",
+            "--admin-max-connections",
+            "4",
+        ],
+    );
+    let held: Vec<TcpStream> = (0..20).map(|_| connect(s.grpc)).collect();
+    assert!(eventually(Duration::from_secs(5), || {
+        metric(&s.get("/metrics").1, "sluice_grpc_connections") == Some(8.0)
+    }));
+    // A client past the cap waits in the backlog and is not served...
+    let mut c = tonic::transport::Endpoint::from_shared(format!("http://{}", s.grpc))
+        .unwrap()
+        .connect_timeout(Duration::from_millis(300))
+        .timeout(Duration::from_millis(300))
+        .connect_lazy();
+    let mut client =
+        envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::new(c.clone());
+    assert!(
+        client
+            .should_rate_limit(request("web", vec![descriptor(&[("k", "v")])]))
+            .await
+            .is_err()
+    );
+    // ...until the hoarder lets go.
+    drop(held);
+    c = tonic::transport::Endpoint::from_shared(format!("http://{}", s.grpc))
+        .unwrap()
+        .connect_lazy();
+    let mut client =
+        envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::new(c);
+    assert!(
+        client
+            .should_rate_limit(request("web", vec![descriptor(&[("k", "v")])]))
+            .await
+            .is_ok()
+    );
+    // The admin port has its own cap, so gRPC hoarders cannot take it.
+    let admin_held: Vec<TcpStream> = (0..4).map(|_| connect(s.admin)).collect();
+    assert!(eventually(Duration::from_secs(5), || {
+        let mut t = connect(s.admin);
+        t.set_read_timeout(Some(Duration::from_millis(200))).ok();
+        let _ =
+            t.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+        let mut out = String::new();
+        // Past the cap, nothing answers.
+        t.read_to_string(&mut out).is_err() || out.is_empty()
+    }));
+    drop(admin_held);
+    assert!(eventually(Duration::from_secs(5), || {
+        std::panic::catch_unwind(|| s.get("/healthz").0 == 200).unwrap_or(false)
+    }));
+}
+
+#[tokio::test]
+async fn streams_per_connection_are_capped() {
+    let s = Sluice::start(&[("web.yaml", RULES)], &["--grpc-max-streams", "7"]);
+    let tcp = tokio::net::TcpStream::connect(s.grpc).await.unwrap();
+    let (h2, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    let mut h2 = h2.ready().await.unwrap();
+    // The server's SETTINGS arrive with the first exchange.
+    let req = http::Request::post(format!("http://{}/grpc.health.v1.Health/Check", s.grpc))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (resp, mut body) = h2.send_request(req, false).unwrap();
+    body.send_data(tonic::codegen::Bytes::from_static(&[0, 0, 0, 0, 0]), true)
+        .unwrap();
+    let _ = resp.await.unwrap();
+    h2 = h2.ready().await.unwrap();
+    assert_eq!(h2.current_max_send_streams(), 7);
+}
+
+/// Out of file descriptors, accepting pauses instead of spinning, and
+/// resumes once descriptors are free.
+#[tokio::test]
+async fn running_out_of_descriptors_backs_off() {
+    let dir = config_dir(&[("web.yaml", RULES)]);
+    // A low descriptor limit for this sluice alone.
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 48 && exec {} serve --config {} --grpc-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 --log-format json --no-watch",
+            sluice_bin(),
+            dir.path().display()
+        ))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let listening = loop {
+        let line = rx.recv_timeout(Duration::from_secs(30)).expect("started");
+        if line.contains("sluice listening") {
+            break line;
+        }
+    };
+    let v: serde_json::Value = serde_json::from_str(&listening).unwrap();
+    let grpc: std::net::SocketAddr = v["fields"]["grpc_addr"].as_str().unwrap().parse().unwrap();
+    let admin: std::net::SocketAddr = v["fields"]["admin_addr"].as_str().unwrap().parse().unwrap();
+    let held: Vec<TcpStream> = (0..80)
+        .filter_map(|_| TcpStream::connect(grpc).ok())
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    let warnings = std::iter::from_fn(|| rx.try_recv().ok())
+        .filter(|l| l.contains("accept failed"))
+        .count();
+    drop(held);
+    // A spinning accept loop fails millions of times and logs each; backed
+    // off, it fails a handful of times a second and logs once per streak.
+    let m = eventually(Duration::from_secs(10), || {
+        std::panic::catch_unwind(|| http(admin, "GET", "/metrics", "").0 == 200).unwrap_or(false)
+    });
+    assert!(m, "the admin port answers once descriptors are free");
+    let text = http(admin, "GET", "/metrics", "").1;
+    let errors = metric(&text, "sluice_accept_errors_total").unwrap();
+    assert!(errors >= 1.0, "the descriptor limit was reached");
+    assert!(errors < 200.0, "{errors} failed accepts: a spin");
+    assert!(warnings <= 3, "{warnings} warnings");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[tokio::test]
+async fn the_admin_port_refuses_what_a_web_page_could_send() {
+    let s = Sluice::start(&[("web.yaml", RULES)], &[]);
+    let send = |head: &str, body: &str| -> u16 {
+        let mut t = connect(s.admin);
+        t.set_read_timeout(Some(Duration::from_secs(5))).ok();
+        write!(
+            t,
+            "{head}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut out = String::new();
+        let _ = t.read_to_string(&mut out);
+        out.split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0)
+    };
+    // DNS rebinding: the page's own name in Host.
+    assert_eq!(
+        send(
+            "GET /readyz HTTP/1.1\r\nHost: attacker.example:8080\r\n",
+            ""
+        ),
+        403
+    );
+    // A cross-site form (text/plain needs no preflight).
+    let json = r#"{"domain":"web","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}"#;
+    assert_eq!(
+        send(
+            "POST /json HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\n",
+            json
+        ),
+        403
+    );
+    assert_eq!(
+        send(
+            "POST /reload HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://attacker.example\r\n",
+            ""
+        ),
+        403
+    );
+    // Operators' tools still work.
+    assert_eq!(
+        send(
+            "POST /json HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n",
+            json
+        ),
+        200
+    );
+    assert_eq!(
+        send("POST /reload HTTP/1.1\r\nHost: localhost:9\r\n", ""),
+        200
+    );
+    assert_eq!(s.get("/readyz").0, 200);
+}
+
+/// Bytes that are not a RateLimitRequest: INVALID_ARGUMENT, counted invalid.
+#[tokio::test]
+async fn malformed_protobuf_is_an_invalid_argument() {
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct Raw {
+        /// Field 1 of RateLimitRequest is the domain, a string.
+        #[prost(bytes = "vec", tag = "1")]
+        domain: Vec<u8>,
+    }
+    let s = Sluice::start(&[("web.yaml", RULES)], &[]);
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", s.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let path = http::uri::PathAndQuery::from_static(
+        "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+    );
+    let codec: tonic_prost::ProstCodec<Raw, Raw> = tonic_prost::ProstCodec::default();
+    let e = grpc
+        .unary(
+            tonic::Request::new(Raw {
+                domain: vec![0xff, 0xfe, 0xfd],
+            }),
+            path,
+            codec,
+        )
+        .await
+        .expect_err("invalid UTF-8 is refused");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    let m = s.get("/metrics").1;
+    assert_eq!(
+        metric(&m, "sluice_requests_total{code=\"invalid\"}"),
+        Some(1.0)
+    );
+}
+
+/// `sluice bench | head -1`: the reader going away is not a crash.
+#[tokio::test]
+async fn bench_survives_a_closed_pipe() {
+    let s = Sluice::start(&[("web.yaml", RULES)], &[]);
+    let mut child = Command::new(sluice_bin())
+        .args([
+            "bench",
+            "--target",
+            &s.grpc.to_string(),
+            "--domain",
+            "web",
+            "--descriptor",
+            "k=v",
+            "--requests",
+            "10",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(out.status.success(), "{:?} {err}", out.status);
+}
