@@ -126,6 +126,26 @@ fn login_has_its_own_bucket_per_ip_and_path() {
     );
 }
 
+/// An IPv6 client owns a whole /64: rotating addresses inside it spends one
+/// budget, while another /64 (another client) has its own.
+#[test]
+fn ipv6_clients_are_limited_per_64() {
+    let stack = Stack::start();
+    room_in_window(60, 20);
+    for i in 0..30 {
+        let ip = format!("2001:db8:aa:1:{i:x}::{:x}", i * 7 + 1);
+        let r = stack.post_json("/api/auth/login", &ip, "{}");
+        assert_eq!(r.status, 200, "login {} of 30 from {ip}: {r:?}", i + 1);
+    }
+    let r = stack.post_json("/api/auth/login", "2001:db8:aa:1:ffff:ffff:ffff:ffff", "{}");
+    assert_problem(&r, "/api/auth/login");
+    // The neighbouring /64 and an IPv4 client are other budgets.
+    let r = stack.post_json("/api/auth/login", "2001:db8:aa:2::1", "{}");
+    assert_eq!(r.status, 200, "{r:?}");
+    let r = stack.post_json("/api/auth/login", "203.0.113.99", "{}");
+    assert_eq!(r.status, 200, "{r:?}");
+}
+
 #[test]
 fn a_mailbox_has_one_budget_across_ips_and_spellings() {
     let stack = Stack::start();
