@@ -4,10 +4,16 @@
 //! must be flat after warm-up, and the only non-OK answers are the failure
 //! policy's during the Redis gaps (the memory fallback: still OK answers).
 //!
+//! An attacker runs alongside ([`attacker`]): poison hits, HTTP/2 clients
+//! that never read, a thousand idle connections and a distinct-key flood. The
+//! honest load must see no errors and memory must stay flat.
+//!
 //! SOAK_SECONDS (600), SOAK_RATE (2000 req/s) and SOAK_KEYS (100000) tune it.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "soak/attacker.rs"]
+mod attacker;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -24,7 +30,7 @@ fn env_or(name: &str, default: u64) -> u64 {
 
 fn rules(limit: u64) -> String {
     format!(
-        "domain: soak\ndescriptors:\n  - key: ip\n    rate_limit: {{unit: minute, requests_per_unit: {limit}}}\n"
+        "domain: soak\ndescriptors:\n  - key: ip\n    rate_limit: {{unit: minute, requests_per_unit: {limit}}}\n  - key: flood\n    rate_limit: {{unit: day, requests_per_unit: 10}}\n"
     )
 }
 
@@ -64,6 +70,8 @@ fn main() {
             &redis.url(),
             "--log-level",
             "warn,sluice=info",
+            "--max-counters",
+            "200000",
         ],
     );
     assert!(eventually(Duration::from_secs(10), || s
@@ -89,6 +97,8 @@ fn main() {
         .stdout(Stdio::piped())
         .spawn()
         .expect("sluice bench");
+    let attack = attacker::Attacker::start(s.grpc, "soak", seconds);
+    let mut peak_rss = 0u64;
     println!(
         "soak: {seconds}s at {rate} req/s over {keys} keys; reload every 30s; Redis restarted at 1/3 and 2/3\n"
     );
@@ -117,6 +127,7 @@ fn main() {
             redis.restart();
             event = format!("{event} redis restart {restarts}");
         }
+        peak_rss = peak_rss.max(rss_kib(s.pid()));
         if t >= next_sample {
             next_sample += 10;
             let (all, sockets) = fds(s.pid());
@@ -134,9 +145,26 @@ fn main() {
         std::thread::sleep(Duration::from_millis(500));
     }
     let out = load.wait_with_output().expect("bench result");
+    let tally = attack.stop();
     let report = String::from_utf8_lossy(&out.stdout);
     let (_, metrics) = s.get("/metrics");
-    println!("\nload: {}", report.trim());
+    println!("\nhonest load: {}", report.trim());
+    println!(
+        "attacker: {} poison requests ({} refused), {} no-read connections carrying {} streams, {} idle connections held at the end; peak RSS {:.1} MiB",
+        tally.poison_sent.load(std::sync::atomic::Ordering::Relaxed),
+        tally.poison_refused.load(std::sync::atomic::Ordering::Relaxed),
+        tally.noread_connections.load(std::sync::atomic::Ordering::Relaxed),
+        tally.noread_streams.load(std::sync::atomic::Ordering::Relaxed),
+        tally.idle_held.load(std::sync::atomic::Ordering::Relaxed),
+        peak_rss as f64 / 1024.0,
+    );
+    println!(
+        "memory counters {}, evictions {}, idle closed {}, store trips {}",
+        metric(&metrics, "sluice_memory_counters").unwrap_or(0.0),
+        metric(&metrics, "sluice_memory_counter_evictions_total").unwrap_or(0.0),
+        metric(&metrics, "sluice_connections_idle_closed_total").unwrap_or(0.0),
+        metric(&metrics, "sluice_store_circuit_trips_total").unwrap_or(0.0),
+    );
     println!(
         "decided by the failure policy during the Redis gaps: {}; store errors: timeout {}, error {}",
         metric(
