@@ -10,10 +10,10 @@
 //!
 //! SOAK_SECONDS (600), SOAK_RATE (2000 req/s) and SOAK_KEYS (100000) tune it.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
 #[path = "soak/attacker.rs"]
 mod attacker;
+#[path = "../tests/common/mod.rs"]
+mod common;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -152,9 +152,15 @@ fn main() {
     println!(
         "attacker: {} poison requests ({} refused), {} no-read connections carrying {} streams, {} idle connections held at the end; peak RSS {:.1} MiB",
         tally.poison_sent.load(std::sync::atomic::Ordering::Relaxed),
-        tally.poison_refused.load(std::sync::atomic::Ordering::Relaxed),
-        tally.noread_connections.load(std::sync::atomic::Ordering::Relaxed),
-        tally.noread_streams.load(std::sync::atomic::Ordering::Relaxed),
+        tally
+            .poison_refused
+            .load(std::sync::atomic::Ordering::Relaxed),
+        tally
+            .noread_connections
+            .load(std::sync::atomic::Ordering::Relaxed),
+        tally
+            .noread_streams
+            .load(std::sync::atomic::Ordering::Relaxed),
         tally.idle_held.load(std::sync::atomic::Ordering::Relaxed),
         peak_rss as f64 / 1024.0,
     );

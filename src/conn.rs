@@ -39,7 +39,7 @@ pub struct ConnLimits {
 /// What a connection has been doing, shared between its socket and the
 /// service that answers its requests.
 #[derive(Debug)]
-pub struct Activity {
+pub(crate) struct Activity {
     base: Instant,
     in_flight: AtomicUsize,
     /// Milliseconds after `base` of the last activity.
@@ -61,7 +61,7 @@ impl Activity {
     }
 
     /// Marks a request as started; the guard marks it done when dropped.
-    pub fn start(self: &Arc<Self>) -> InFlight {
+    pub(crate) fn start(self: &Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Relaxed);
         self.touch();
         InFlight(self.clone())
@@ -78,7 +78,7 @@ impl Activity {
 
 /// A request in flight on a connection.
 #[derive(Debug)]
-pub struct InFlight(Arc<Activity>);
+pub(crate) struct InFlight(Arc<Activity>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
@@ -88,7 +88,7 @@ impl Drop for InFlight {
 }
 
 /// A connection's place under the cap: the permit and the gauge go with it.
-pub struct Ticket {
+pub(crate) struct Ticket {
     _permit: OwnedSemaphorePermit,
     metrics: Arc<Metrics>,
     listener: Listener,
@@ -101,11 +101,11 @@ impl Drop for Ticket {
 }
 
 /// An accepted socket with its ticket, before any handshake.
-pub type Admitted = (TcpStream, Ticket);
+pub(crate) type Admitted = (TcpStream, Ticket);
 
 /// Accepts on `listener` under `limits` until `token` is cancelled or the
 /// receiver is dropped.
-pub fn accept(
+pub(crate) fn accept(
     listener: TcpListener,
     limits: ConnLimits,
     kind: Listener,
@@ -163,7 +163,7 @@ pub fn accept(
 
 /// Whose activity keeps a connection open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IdleBy {
+pub(crate) enum IdleBy {
     /// Requests, reported by the service through [`Activity::start`].
     Requests,
     /// Any byte read from the client.
@@ -171,7 +171,7 @@ pub enum IdleBy {
 }
 
 /// A connection that closes itself after its idle timeout.
-pub struct Guarded<IO> {
+pub(crate) struct Guarded<IO> {
     io: IO,
     activity: Arc<Activity>,
     by: IdleBy,
@@ -182,7 +182,7 @@ pub struct Guarded<IO> {
 }
 
 impl<IO> Guarded<IO> {
-    pub fn new(io: IO, ticket: Ticket, idle: Duration, by: IdleBy) -> Guarded<IO> {
+    pub(crate) fn new(io: IO, ticket: Ticket, idle: Duration, by: IdleBy) -> Guarded<IO> {
         let activity = Arc::new(Activity::new());
         Guarded {
             io,

@@ -19,7 +19,7 @@ use crate::limiter::{self, Counted, Now, Unit, Window};
 use crate::metrics::{Metrics, Outcome, RuleStats};
 use crate::privacy::Privacy;
 use crate::request::{Limits, Request, RequestError};
-use crate::store::{CounterKey, Increment, Store, StoreError};
+use crate::store::{CounterKey, Increment, Store, StoreError, expect_counts};
 
 mod metadata;
 
@@ -258,7 +258,9 @@ impl RateLimiter {
         let counts = if increments.is_empty() {
             Vec::new()
         } else {
-            self.store.increment(&increments).await?
+            // One count per increment, or an error: a missing count must
+            // never read as zero and admit.
+            expect_counts(self.store.increment(&increments).await?, increments.len())?
         };
 
         let mut counts = counts.into_iter();
@@ -280,7 +282,7 @@ impl RateLimiter {
                 }
                 Resolved::Counted(c) => c,
             };
-            let after = counts.next().unwrap_or(0);
+            let after = counts.next().unwrap_or(u64::MAX);
             let s = c.decide(d.hits, after, now);
             match (&c.metric_path, c.rule) {
                 (Some(path), Some(rule)) => self
@@ -339,5 +341,64 @@ impl RateLimitService for RateLimiter {
         Ok(tonic::Response::new(
             self.handle(request.into_inner()).await?,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::LoadOptions;
+    use crate::store::{BoxFuture, StoreHealth};
+
+    /// A store that answers one count too few.
+    struct Short;
+
+    impl Store for Short {
+        fn increment<'a>(
+            &'a self,
+            batch: &'a [Increment],
+        ) -> BoxFuture<'a, Result<Vec<u64>, StoreError>> {
+            let n = batch.len().saturating_sub(1);
+            Box::pin(std::future::ready(Ok(vec![0; n])))
+        }
+
+        fn health(&self) -> StoreHealth {
+            StoreHealth {
+                backend: "short",
+                in_use: "short",
+                healthy: true,
+                detail: None,
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_short_answer_from_any_store_is_an_error_not_an_admit() {
+        let dir = tempfile::tempdir().unwrap();
+        let rules = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n";
+        std::fs::write(dir.path().join("d.yaml"), rules).unwrap();
+        let metrics = Arc::new(crate::metrics::Metrics::default());
+        let live = LiveRules::load(dir.path(), LoadOptions::default(), metrics.clone()).unwrap();
+        let limiter = RateLimiter::new(
+            Arc::new(live),
+            Arc::new(Short),
+            metrics,
+            Settings::default(),
+        );
+        let req = Request {
+            domain: "d".into(),
+            descriptors: vec![crate::request::Descriptor {
+                entries: vec![("k".into(), "v".into())],
+                limit: None,
+                hits_addend: None,
+                hits: 1,
+            }],
+            hits_addend: 0,
+        };
+        let e = limiter.decide(req).await.unwrap_err();
+        assert!(
+            matches!(e, ServiceError::Store(StoreError::BadReply(_))),
+            "{e}"
+        );
     }
 }

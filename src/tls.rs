@@ -149,13 +149,13 @@ fn build(files: &TlsFiles) -> Result<Arc<ServerConfig>, TlsError> {
 }
 
 /// A TLS connection under the listener's bounds.
-pub type TlsConn = Guarded<TlsStream<TcpStream>>;
+pub(crate) type TlsConn = Guarded<TlsStream<TcpStream>>;
 
 /// Hands on the connections from `admitted` whose handshake succeeded.
 /// Handshakes run in their own tasks, so a slow or hostile client holds up
 /// nobody; a failed one is logged at debug and dropped (its ticket with it).
 /// Stops when the server drops the stream or `token` is cancelled.
-pub fn incoming(
+pub(crate) fn incoming(
     mut admitted: tokio::sync::mpsc::Receiver<Admitted>,
     tls: Arc<Tls>,
     idle: Duration,

@@ -25,7 +25,10 @@ async fn a_flood_of_new_keys_is_bounded_and_resets_nobody() {
     let s = Sluice::start(&[("web.yaml", RULES)], &["--max-counters", "640"]);
     let mut c = s.client().await;
     for _ in 0..5 {
-        assert_eq!(ask(&mut c, "web", &[("ip", "spent")]).await.overall_code, OK);
+        assert_eq!(
+            ask(&mut c, "web", &[("ip", "spent")]).await.overall_code,
+            OK
+        );
     }
     // Ten times the bound in fresh addresses, as an IPv6 client could send.
     let tasks: Vec<_> = (0..8)
@@ -99,7 +102,10 @@ async fn concurrent_reloads_coalesce() {
     let files: Vec<(String, String)> = (0..300)
         .map(|i| (format!("d{i}.yaml"), format!("domain: d{i}\ndescriptors:\n  - key: k\n    rate_limit: {{unit: second, requests_per_unit: 1}}\n")))
         .collect();
-    let refs: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
     let s = Sluice::start(&refs, &["--no-watch", "--log-level", "debug"]);
     let admin = s.admin;
     let threads: Vec<_> = (0..40)
@@ -123,7 +129,12 @@ async fn concurrent_reloads_coalesce() {
 async fn detailed_metric_labels_stay_small() {
     let s = Sluice::start(
         &[("web.yaml", RULES)],
-        &["--max-detailed-metrics", "50", "--max-metric-label-bytes", "64"],
+        &[
+            "--max-detailed-metrics",
+            "50",
+            "--max-metric-label-bytes",
+            "64",
+        ],
     );
     let mut c = s.client().await;
     let long = "x".repeat(1000);

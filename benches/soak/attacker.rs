@@ -47,13 +47,22 @@ impl Attacker {
         let deadline = Instant::now() + Duration::from_secs(seconds);
         let mut threads = Vec::new();
         let (s, t, d) = (stop.clone(), tally.clone(), domain.to_owned());
-        threads.push(std::thread::spawn(move || poison(grpc, &d, deadline, &s, &t)));
+        threads.push(std::thread::spawn(move || {
+            poison(grpc, &d, deadline, &s, &t)
+        }));
         let (s, t) = (stop.clone(), tally.clone());
         threads.push(std::thread::spawn(move || no_read(grpc, deadline, &s, &t)));
         let (s, t) = (stop.clone(), tally.clone());
         threads.push(std::thread::spawn(move || idle(grpc, &s, &t)));
         let flood = Command::new(super::common::sluice_bin())
-            .args(["bench", "--target", &grpc.to_string(), "--domain", domain, "--json"])
+            .args([
+                "bench",
+                "--target",
+                &grpc.to_string(),
+                "--domain",
+                domain,
+                "--json",
+            ])
             .args(["--descriptor", "flood=x{n}", "--keys", "100000000"])
             .args(["--rate", "1000", "--duration", &format!("{seconds}s")])
             .stdout(Stdio::null())
@@ -105,9 +114,16 @@ fn poison(grpc: SocketAddr, domain: &str, deadline: Instant, stop: &AtomicBool, 
         let mut i = 0u64;
         while !stop.load(Relaxed) && Instant::now() < deadline {
             i += 1;
-            let hits = if i.is_multiple_of(2) { 1 << 63 } else { u64::from(u32::MAX) };
+            let hits = if i.is_multiple_of(2) {
+                1 << 63
+            } else {
+                u64::from(u32::MAX)
+            };
             t.poison_sent.fetch_add(1, Relaxed);
-            if c.should_rate_limit(request(domain, "ip", "poison", hits)).await.is_err() {
+            if c.should_rate_limit(request(domain, "ip", "poison", hits))
+                .await
+                .is_err()
+            {
                 t.poison_refused.fetch_add(1, Relaxed);
             }
             tokio::time::sleep(Duration::from_millis(5)).await;

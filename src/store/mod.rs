@@ -66,7 +66,7 @@ pub struct CounterStats {
 }
 
 /// Checks that a store's answer has one count per increment.
-pub(crate) fn expect_counts(counts: Vec<u64>, expected: usize) -> Result<Vec<u64>, StoreError> {
+pub fn expect_counts(counts: Vec<u64>, expected: usize) -> Result<Vec<u64>, StoreError> {
     if counts.len() == expected {
         Ok(counts)
     } else {
