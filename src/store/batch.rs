@@ -108,18 +108,9 @@ async fn send(pool: bb8::Pool<RedisConnectionManager>, script: Arc<Script>, jobs
             .map_err(|e| super::redis::classify(&e))
     }
     .await
-    .and_then(|raw: Vec<i64>| {
-        // A reply that does not match the call is the store's fault: nobody
-        // is answered from it, so no request is admitted on a missing count.
-        if raw.len() == keys {
-            Ok(raw)
-        } else {
-            Err(StoreError::BadReply(format!(
-                "{} counts for {keys} increments",
-                raw.len()
-            )))
-        }
-    });
+    // A reply that does not match the call is the store's fault: nobody is
+    // answered from it, so no request is admitted on a missing count.
+    .and_then(|raw: Vec<i64>| super::same_length(raw.len(), keys).map(|()| raw));
     match raw {
         Ok(raw) => {
             let mut rest = raw.as_slice();

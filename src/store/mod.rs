@@ -67,12 +67,17 @@ pub struct CounterStats {
 
 /// Checks that a store's answer has one count per increment.
 pub fn expect_counts(counts: Vec<u64>, expected: usize) -> Result<Vec<u64>, StoreError> {
-    if counts.len() == expected {
-        Ok(counts)
+    same_length(counts.len(), expected).map(|()| counts)
+}
+
+/// A reply of `got` counts for `expected` increments: anything but equal is
+/// the store's fault.
+pub(crate) fn same_length(got: usize, expected: usize) -> Result<(), StoreError> {
+    if got == expected {
+        Ok(())
     } else {
         Err(StoreError::BadReply(format!(
-            "{} counts for {expected} increments",
-            counts.len()
+            "{got} counts for {expected} increments"
         )))
     }
 }

@@ -331,13 +331,7 @@ impl RedisStore {
             inv.key(key).arg(inc.hits).arg(ttl(inc, now));
         }
         let raw: Vec<i64> = inv.invoke_async(conn).await.map_err(|e| classify(&e))?;
-        if raw.len() != idx.len() {
-            return Err(StoreError::BadReply(format!(
-                "{} counts for {} increments",
-                raw.len(),
-                idx.len()
-            )));
-        }
+        super::same_length(raw.len(), idx.len())?;
         decode_counts(&raw)
     }
 
