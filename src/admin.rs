@@ -72,6 +72,7 @@ impl Default for AdminLimits {
             conn: ConnLimits {
                 max_connections: 64,
                 idle_timeout: Duration::from_secs(30),
+                write_stall: Duration::from_secs(30),
             },
             header_timeout: Duration::from_secs(5),
             access: AdminAccess::default(),
@@ -118,7 +119,7 @@ pub async fn run(
                 None => break,
             },
         };
-        let io = Guarded::new(stream, ticket, limits.conn.idle_timeout, IdleBy::Reads);
+        let io = Guarded::new(stream, ticket, limits.conn, IdleBy::Reads);
         let svc = TowerToHyperService::new(app.clone());
         let token = token.clone();
         let header_timeout = limits.header_timeout;

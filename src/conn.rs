@@ -7,12 +7,17 @@
 //! "Nothing happened" differs per listener: on gRPC it means no request in
 //! flight and none started (HTTP/2 pings keep a connection alive for the
 //! keepalive, not for the idle timeout); on the admin port, no byte read.
+//!
+//! A client that sends but never reads is held back: while writing to it is
+//! blocked, nothing more is read from it (so it cannot queue unbounded
+//! answers or stream resets in sluice's memory), and a connection whose
+//! writes stay blocked for `write_stall` is closed.
 
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -34,6 +39,8 @@ pub struct ConnLimits {
     pub max_connections: usize,
     /// Closed after this long without activity.
     pub idle_timeout: Duration,
+    /// Closed when the peer takes none of our bytes for this long.
+    pub write_stall: Duration,
 }
 
 /// What a connection has been doing, shared between its socket and the
@@ -177,22 +184,61 @@ pub(crate) struct Guarded<IO> {
     by: IdleBy,
     idle: Duration,
     timer: Pin<Box<Sleep>>,
+    stall: Duration,
+    /// Set while a write waits for the peer to take bytes.
+    blocked: Option<Pin<Box<Sleep>>>,
+    /// The reader held back while writes are blocked.
+    reader: Option<Waker>,
     metrics: Arc<Metrics>,
     _ticket: Ticket,
 }
 
 impl<IO> Guarded<IO> {
-    pub(crate) fn new(io: IO, ticket: Ticket, idle: Duration, by: IdleBy) -> Guarded<IO> {
+    pub(crate) fn new(io: IO, ticket: Ticket, limits: ConnLimits, by: IdleBy) -> Guarded<IO> {
         let activity = Arc::new(Activity::new());
         Guarded {
             io,
-            timer: Box::pin(tokio::time::sleep_until(Instant::now() + idle)),
+            timer: Box::pin(tokio::time::sleep_until(
+                Instant::now() + limits.idle_timeout,
+            )),
             activity,
             by,
-            idle,
+            idle: limits.idle_timeout,
+            stall: limits.write_stall,
+            blocked: None,
+            reader: None,
             metrics: ticket.metrics.clone(),
             _ticket: ticket,
         }
+    }
+
+    /// Notes the outcome of a write: blocked starts the stall clock, done
+    /// lets the held-back reader go.
+    fn wrote<T>(&mut self, r: Poll<T>) -> Poll<T> {
+        if r.is_pending() {
+            if self.blocked.is_none() {
+                self.blocked = Some(Box::pin(tokio::time::sleep(self.stall)));
+            }
+        } else if self.blocked.take().is_some()
+            && let Some(w) = self.reader.take()
+        {
+            w.wake();
+        }
+        r
+    }
+
+    /// While writes are blocked: Pending (the reader is woken when they
+    /// resume), or an error once they have been blocked for `stall`.
+    fn poll_stalled(&mut self, cx: &mut Context<'_>) -> Option<Poll<io::Result<()>>> {
+        let timer = self.blocked.as_mut()?;
+        if timer.as_mut().poll(cx).is_ready() {
+            return Some(Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the peer has taken none of our bytes for too long",
+            ))));
+        }
+        self.reader = Some(cx.waker().clone());
+        Some(Poll::Pending)
     }
 
     /// Pending until the idle timeout has passed with nothing happening.
@@ -220,6 +266,9 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        if let Some(stalled) = self.poll_stalled(cx) {
+            return stalled;
+        }
         let before = buf.filled().len();
         match Pin::new(&mut self.io).poll_read(cx, buf) {
             Poll::Ready(r) => {
@@ -239,11 +288,13 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
+        let r = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.wrote(r)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
+        let r = Pin::new(&mut self.io).poll_flush(cx);
+        self.wrote(r)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -255,7 +306,8 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+        let r = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.wrote(r)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -289,10 +341,53 @@ mod tests {
         }
     }
 
+    fn limits(idle: u64) -> ConnLimits {
+        ConnLimits {
+            max_connections: 1,
+            idle_timeout: Duration::from_secs(idle),
+            write_stall: Duration::from_secs(5),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_peer_that_never_reads_is_not_read_from_and_is_closed() {
+        let (mut client, server) = tokio::io::duplex(16);
+        let mut g = Guarded::new(server, ticket(), limits(600), IdleBy::Reads);
+        // Fill the peer's buffer: the next write blocks.
+        g.write_all(&[1u8; 16]).await.expect("fits");
+        let write = tokio::time::timeout(Duration::from_secs(1), g.write_all(&[2u8; 16])).await;
+        assert!(write.is_err(), "blocked");
+        // The peer sends, but nothing is read while writes are blocked...
+        client.write_all(b"more").await.expect("client writes");
+        let mut buf = [0u8; 4];
+        let started = Instant::now();
+        let e = g.read(&mut buf).await.expect_err("closed");
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        // ...and the connection is given up once the stall lasts.
+        assert!(started.elapsed() <= Duration::from_secs(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reader_held_back_resumes_when_the_peer_reads() {
+        let (mut client, server) = tokio::io::duplex(16);
+        let mut g = Guarded::new(server, ticket(), limits(600), IdleBy::Reads);
+        g.write_all(&[1u8; 16]).await.expect("fits");
+        let blocked = tokio::time::timeout(Duration::from_millis(10), g.write_all(&[2u8; 8])).await;
+        assert!(blocked.is_err());
+        client.write_all(b"hi").await.expect("client writes");
+        let mut drained = [0u8; 16];
+        client.read_exact(&mut drained).await.expect("peer reads");
+        // The blocked write goes through, and reading resumes.
+        g.write_all(&[2u8; 8]).await.expect("unblocked");
+        let mut buf = [0u8; 2];
+        g.read_exact(&mut buf).await.expect("read");
+        assert_eq!(&buf, b"hi");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn closes_after_the_idle_timeout_unless_a_request_is_in_flight() {
         let (client, server) = tokio::io::duplex(64);
-        let mut g = Guarded::new(server, ticket(), Duration::from_secs(10), IdleBy::Requests);
+        let mut g = Guarded::new(server, ticket(), limits(10), IdleBy::Requests);
         let busy = g.activity.start();
         let mut buf = [0u8; 8];
         // A request in flight for a minute: not idle.
@@ -309,7 +404,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn reads_keep_an_admin_connection_open() {
         let (mut client, server) = tokio::io::duplex(64);
-        let mut g = Guarded::new(server, ticket(), Duration::from_secs(10), IdleBy::Reads);
+        let mut g = Guarded::new(server, ticket(), limits(10), IdleBy::Reads);
         let mut buf = [0u8; 8];
         for _ in 0..5 {
             tokio::time::advance(Duration::from_secs(8)).await;

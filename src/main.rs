@@ -223,6 +223,9 @@ impl ConnArgs {
             conn: ConnLimits {
                 max_connections: self.grpc_max_connections,
                 idle_timeout: self.grpc_idle_timeout,
+                // A peer that takes none of our bytes is as dead as one that
+                // does not answer a PING.
+                write_stall: self.grpc_keepalive_timeout,
             },
             max_streams: self.grpc_max_streams,
             keepalive_interval: self.grpc_keepalive_interval,
@@ -235,6 +238,7 @@ impl ConnArgs {
             conn: ConnLimits {
                 max_connections: self.admin_max_connections,
                 idle_timeout: self.admin_idle_timeout,
+                write_stall: self.admin_idle_timeout,
             },
             header_timeout: self.admin_header_timeout,
             access: AdminAccess {

@@ -80,6 +80,7 @@ impl Default for GrpcLimits {
             conn: ConnLimits {
                 max_connections: 4096,
                 idle_timeout: Duration::from_secs(300),
+                write_stall: Duration::from_secs(20),
             },
             max_streams: 1024,
             keepalive_interval: Duration::from_secs(60),
@@ -162,11 +163,11 @@ pub async fn run(
         limiter.metrics().clone(),
         token.clone(),
     );
-    let idle = g.conn.idle_timeout;
+    let conn_limits = g.conn;
     let (grpc, tls_task): (GrpcFuture, _) = match opts.tls {
         Some(tls) => {
             info!(mutual = tls.mutual(), "gRPC listener speaks TLS");
-            let incoming = tls::incoming(admitted, tls.clone(), idle, token.clone());
+            let incoming = tls::incoming(admitted, tls.clone(), conn_limits, token.clone());
             (
                 Box::pin(router.serve_with_incoming_shutdown(incoming, stop)),
                 Some(tokio::spawn(tls.watch(token.clone()))),
@@ -176,7 +177,12 @@ pub async fn run(
             let incoming = tokio_stream::StreamExt::map(
                 tokio_stream::wrappers::ReceiverStream::new(admitted),
                 move |(stream, ticket)| {
-                    Ok::<_, std::io::Error>(Guarded::new(stream, ticket, idle, IdleBy::Requests))
+                    Ok::<_, std::io::Error>(Guarded::new(
+                        stream,
+                        ticket,
+                        conn_limits,
+                        IdleBy::Requests,
+                    ))
                 },
             );
             (

@@ -15,7 +15,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use tokio::net::TcpStream;
 
-use crate::conn::{Admitted, Guarded, IdleBy};
+use crate::conn::{Admitted, ConnLimits, Guarded, IdleBy};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_util::sync::CancellationToken;
@@ -158,7 +158,7 @@ pub(crate) type TlsConn = Guarded<TlsStream<TcpStream>>;
 pub(crate) fn incoming(
     mut admitted: tokio::sync::mpsc::Receiver<Admitted>,
     tls: Arc<Tls>,
-    idle: Duration,
+    limits: ConnLimits,
     token: CancellationToken,
 ) -> tokio_stream::wrappers::ReceiverStream<io::Result<TlsConn>> {
     let (tx, rx) = tokio::sync::mpsc::channel(64);
@@ -180,7 +180,7 @@ pub(crate) fn incoming(
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                     Ok(Ok(conn)) => {
                         let _ = tx
-                            .send(Ok(Guarded::new(conn, ticket, idle, IdleBy::Requests)))
+                            .send(Ok(Guarded::new(conn, ticket, limits, IdleBy::Requests)))
                             .await;
                     }
                     Ok(Err(e)) => debug!(error = %e, "gRPC TLS handshake failed"),
