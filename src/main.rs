@@ -193,6 +193,10 @@ struct ConnArgs {
     /// Concurrent HTTP/2 streams per gRPC connection.
     #[arg(long, env = "SLUICE_GRPC_MAX_STREAMS", default_value_t = GrpcLimits::default().max_streams)]
     grpc_max_streams: u32,
+    /// Streams refused or reset on one gRPC connection before it is closed
+    /// with GOAWAY (a client ignoring --grpc-max-streams).
+    #[arg(long, env = "SLUICE_GRPC_MAX_RESET_STREAMS", default_value_t = GrpcLimits::default().max_reset_streams)]
+    grpc_max_reset_streams: usize,
     /// Close a gRPC connection with no request for this long.
     #[arg(long, env = "SLUICE_GRPC_IDLE_TIMEOUT", default_value = "300s", value_parser = parse_duration)]
     grpc_idle_timeout: Duration,
@@ -228,6 +232,7 @@ impl ConnArgs {
                 write_stall: self.grpc_keepalive_timeout,
             },
             max_streams: self.grpc_max_streams,
+            max_reset_streams: self.grpc_max_reset_streams,
             keepalive_interval: self.grpc_keepalive_interval,
             keepalive_timeout: self.grpc_keepalive_timeout,
         }

@@ -25,6 +25,10 @@ use crate::tls::{self, Tls};
 type GrpcFuture =
     std::pin::Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>>;
 
+/// Streams a client may reset before sluice has accepted them (h2's own
+/// default, set explicitly because tonic leaves it unset).
+const MAX_PENDING_RESETS: usize = 20;
+
 /// The gRPC service name Envoy and Kubernetes probes ask about.
 pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
 
@@ -68,6 +72,9 @@ pub struct GrpcLimits {
     pub conn: ConnLimits,
     /// Concurrent HTTP/2 streams per connection.
     pub max_streams: u32,
+    /// Streams refused or reset by sluice on one connection before it is
+    /// closed with GOAWAY (ENHANCE_YOUR_CALM).
+    pub max_reset_streams: usize,
     /// HTTP/2 PING interval, and how long an answer may take before the
     /// connection is dropped as dead.
     pub keepalive_interval: Duration,
@@ -83,6 +90,7 @@ impl Default for GrpcLimits {
                 write_stall: Duration::from_secs(20),
             },
             max_streams: 1024,
+            max_reset_streams: 1024,
             keepalive_interval: Duration::from_secs(60),
             keepalive_timeout: Duration::from_secs(20),
         }
@@ -149,6 +157,11 @@ pub async fn run(
         .max_concurrent_streams(g.max_streams)
         .http2_keepalive_interval(Some(g.keepalive_interval))
         .http2_keepalive_timeout(Some(g.keepalive_timeout))
+        // tonic switches hyper's guard off unless asked (RUSTSEC-2024-0003):
+        // a client that keeps opening streams past the cap gets a GOAWAY
+        // instead of one refusal each, forever.
+        .http2_max_local_error_reset_streams(Some(g.max_reset_streams))
+        .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_RESETS))
         .add_service(health)
         .add_service(Guard {
             inner: RateLimitServiceServer::new(limiter.clone())

@@ -153,6 +153,85 @@ async fn streams_per_connection_are_capped() {
     assert_eq!(h2.current_max_send_streams(), 7);
 }
 
+/// A client that opens streams as fast as it can and never reads: once
+/// sluice cannot write to it, sluice stops reading from it, and closes it
+/// when the stall lasts.
+#[tokio::test]
+async fn a_client_that_never_reads_is_held_back_and_closed() {
+    use prost::Message;
+    let s = Sluice::start(&[("web.yaml", RULES)], &["--grpc-keepalive-timeout", "1s"]);
+    let message = request("web", vec![descriptor(&[("k", "noread")])]).encode_to_vec();
+    let mut t = connect(s.grpc);
+    t.set_write_timeout(Some(Duration::from_secs(3))).ok();
+    let mut out = common::h2raw::preface();
+    let mut stream = 1u32;
+    let mut blocked = false;
+    // Bounded: at most 200,000 streams, or until sluice stops taking bytes.
+    while stream < 400_000 {
+        for _ in 0..100 {
+            common::h2raw::call(&mut out, stream, &s.grpc.to_string(), &message);
+            stream += 2;
+        }
+        if t.write_all(&out).is_err() {
+            blocked = true;
+            break;
+        }
+        out.clear();
+    }
+    assert!(
+        blocked,
+        "sluice kept reading from a client that reads nothing"
+    );
+    assert!(eventually(Duration::from_secs(10), || {
+        metric(&s.get("/metrics").1, "sluice_grpc_connections") == Some(0.0)
+    }));
+    // Everyone else is served.
+    let mut c = s.client().await;
+    assert_eq!(ask(&mut c, "web", &[("k", "v")]).await.overall_code, OK);
+}
+
+/// A client that ignores the stream cap is refused a bounded number of times,
+/// then told to go away (ENHANCE_YOUR_CALM), not refused forever.
+#[tokio::test]
+async fn a_client_ignoring_the_stream_cap_gets_a_goaway() {
+    use prost::Message;
+    let s = Sluice::start(
+        &[("web.yaml", RULES)],
+        &["--grpc-max-streams", "4", "--grpc-max-reset-streams", "50"],
+    );
+    let message = request("web", vec![descriptor(&[("k", "cap")])]).encode_to_vec();
+    let mut t = connect(s.grpc);
+    t.set_write_timeout(Some(Duration::from_secs(3))).ok();
+    let mut out = common::h2raw::preface();
+    for i in 0..2000 {
+        common::h2raw::call(&mut out, 1 + 2 * i, &s.grpc.to_string(), &message);
+    }
+    let _ = t.write_all(&out);
+    t.set_read_timeout(Some(Duration::from_secs(5))).ok();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    while let Ok(n) = t.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    // Walk the frames for a GOAWAY (type 7) with ENHANCE_YOUR_CALM (0xb).
+    let mut rest = got.as_slice();
+    let mut calm = false;
+    while rest.len() >= 9 {
+        let len = usize::from(rest[0]) << 16 | usize::from(rest[1]) << 8 | usize::from(rest[2]);
+        let Some(payload) = rest.get(9..9 + len) else {
+            break;
+        };
+        if rest[3] == 7 && payload.get(4..8) == Some(&[0, 0, 0, 0xb]) {
+            calm = true;
+        }
+        rest = &rest[9 + len..];
+    }
+    assert!(calm, "no GOAWAY ENHANCE_YOUR_CALM in {} bytes", got.len());
+}
+
 /// Out of file descriptors, accepting pauses instead of spinning, and
 /// resumes once descriptors are free.
 #[tokio::test]

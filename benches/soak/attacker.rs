@@ -23,6 +23,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::google::protobuf::UInt64Value;
 use prost::Message;
 
+use super::common::h2raw;
+
 /// What the attacker did, for the soak's report.
 #[derive(Default)]
 pub struct Tally {
@@ -131,39 +133,6 @@ fn poison(grpc: SocketAddr, domain: &str, deadline: Instant, stop: &AtomicBool, 
     });
 }
 
-/// One HTTP/2 frame.
-fn frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
-    let len = payload.len() as u32;
-    out.extend_from_slice(&len.to_be_bytes()[1..]);
-    out.push(kind);
-    out.push(flags);
-    out.extend_from_slice(&stream.to_be_bytes());
-    out.extend_from_slice(payload);
-}
-
-/// HEADERS (HPACK, no Huffman, nothing indexed by us) and DATA for one call.
-fn call(out: &mut Vec<u8>, stream: u32, authority: &str, message: &[u8]) {
-    let path = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
-    let mut h = vec![0x83, 0x86]; // :method POST, :scheme http
-    h.push(0x04); // :path, literal value
-    h.push(path.len() as u8);
-    h.extend_from_slice(path.as_bytes());
-    h.push(0x01); // :authority
-    h.push(authority.len() as u8);
-    h.extend_from_slice(authority.as_bytes());
-    h.extend_from_slice(&[0x0f, 0x10, 16]); // content-type (static 31)
-    h.extend_from_slice(b"application/grpc");
-    h.extend_from_slice(&[0x00, 2]);
-    h.extend_from_slice(b"te");
-    h.push(8);
-    h.extend_from_slice(b"trailers");
-    frame(out, 0x1, 0x4, stream, &h);
-    let mut data = vec![0u8];
-    data.extend_from_slice(&(message.len() as u32).to_be_bytes());
-    data.extend_from_slice(message);
-    frame(out, 0x0, 0x1, stream, &data);
-}
-
 fn no_read(grpc: SocketAddr, deadline: Instant, stop: &AtomicBool, t: &Tally) {
     let message = request("soak", "ip", "noread", 1).encode_to_vec();
     while !stop.load(Relaxed) && Instant::now() < deadline {
@@ -173,13 +142,12 @@ fn no_read(grpc: SocketAddr, deadline: Instant, stop: &AtomicBool, t: &Tally) {
         };
         t.noread_connections.fetch_add(1, Relaxed);
         s.set_write_timeout(Some(Duration::from_secs(2))).ok();
-        let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-        frame(&mut out, 0x4, 0, 0, &[]);
+        let mut out = h2raw::preface();
         let mut stream = 1u32;
         // Until the server stops taking bytes or closes: never read.
         while !stop.load(Relaxed) && Instant::now() < deadline && stream < 200_001 {
             for _ in 0..100 {
-                call(&mut out, stream, &grpc.to_string(), &message);
+                h2raw::call(&mut out, stream, &grpc.to_string(), &message);
                 stream += 2;
             }
             if s.write_all(&out).is_err() {

@@ -19,6 +19,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use tonic::transport::Channel;
 
 pub mod fake_redis;
+pub mod h2raw;
 pub mod redis;
 pub mod stack;
 
