@@ -15,11 +15,11 @@ use envoy_types::pb::google::protobuf::{Duration as PbDuration, Struct};
 use tonic::Status;
 
 use crate::config::{Domain, LimitDef, LiveRules, Rule};
-use crate::limiter::{self, Counted, Now, Unit, Window};
+use crate::limiter::{self, Algorithm, Counted, Now, Period, Tally, Window};
 use crate::metrics::{Metrics, Outcome, RuleStats};
 use crate::privacy::Privacy;
 use crate::request::{Limits, Request, RequestError};
-use crate::store::{CounterKey, Increment, Store, StoreError, expect_counts};
+use crate::store::{CounterKey, Increment, KeySpace, Store, StoreError, expect_counts};
 
 mod metadata;
 
@@ -68,7 +68,8 @@ pub struct RateLimiter {
 /// A descriptor that will be counted: a configured rule, or Envoy's override.
 struct Counting<'a> {
     requests_per_unit: u32,
-    unit: Unit,
+    period: Period,
+    algorithm: Algorithm,
     /// `None` for a per-request override, which has no rule behind it.
     rule: Option<&'a Rule>,
     stats: &'a Arc<RuleStats>,
@@ -90,17 +91,22 @@ impl Counting<'_> {
             key: self.key.clone(),
             hits,
             limit: self.requests_per_unit,
-            window: Window::containing(self.unit, now),
+            window: Window::containing(self.period, now),
+            algorithm: self.algorithm,
         }
     }
 
-    fn decide(&self, hits: u64, after: u64, now: Now) -> limiter::Status {
+    fn decide(&self, hits: u64, tally: Tally, now_ms: u64) -> limiter::Status {
+        let now = Now(now_ms / 1000);
+        let window = Window::containing(self.period, now);
         limiter::status(
             &Counted {
                 requests_per_unit: self.requests_per_unit,
-                window: Window::containing(self.unit, now),
+                window,
+                algorithm: self.algorithm,
                 hits,
-                after,
+                tally,
+                elapsed_ms: now_ms.saturating_sub(window.start.0.saturating_mul(1000)),
                 shadow: self.rule.is_some_and(|r| r.shadow_mode),
                 quota: self.rule.is_some_and(|r| r.quota_mode),
             },
@@ -117,8 +123,10 @@ impl Counting<'_> {
                     .and_then(|r| r.name.as_deref())
                     .unwrap_or_default()
                     .to_owned(),
-                requests_per_unit: self.requests_per_unit,
-                unit: self.unit.proto(),
+                // Envoy can only name second to year: other windows are
+                // reported as a rate in the longest unit that fits them.
+                requests_per_unit: self.period.reported_limit(self.requests_per_unit),
+                unit: self.period.reported_unit().proto(),
             }),
             limit_remaining: s.remaining,
             duration_until_reset: Some(PbDuration {
@@ -142,7 +150,8 @@ fn resolve<'a>(domain: &'a Domain, req: &Request) -> Vec<Resolved<'a>> {
             if let Some(o) = d.limit {
                 return Resolved::Counted(Counting {
                     requests_per_unit: o.requests_per_unit,
-                    unit: o.unit,
+                    period: Period::Unit(o.unit),
+                    algorithm: Algorithm::FixedWindow,
                     rule: None,
                     stats: &domain.override_stats,
                     metric_path: None,
@@ -155,8 +164,9 @@ fn resolve<'a>(domain: &'a Domain, req: &Request) -> Vec<Resolved<'a>> {
             let rule: &'a Rule = m.rule;
             replaced.extend(rule.replaces.iter().map(|r| &**r));
             let LimitDef::Limited {
-                unit,
+                period,
                 requests_per_unit,
+                algorithm,
             } = rule.limit
             else {
                 return Resolved::Unlimited;
@@ -168,10 +178,11 @@ fn resolve<'a>(domain: &'a Domain, req: &Request) -> Vec<Resolved<'a>> {
             });
             Resolved::Counted(Counting {
                 requests_per_unit,
-                unit,
+                period,
+                algorithm,
                 rule: Some(rule),
                 stats: &rule.stats,
-                key: CounterKey::new(&req.domain, unit, values),
+                key: CounterKey::new(&req.domain, KeySpace { period, algorithm }, values),
                 metric_path: m.metric_path,
             })
         })
@@ -236,7 +247,8 @@ impl RateLimiter {
 
     /// Decides a validated request.
     pub async fn decide(&self, req: Request) -> Result<RateLimitResponse, ServiceError> {
-        let now = Now::wall();
+        let now_ms = Now::wall_ms();
+        let now = Now(now_ms / 1000);
         let loaded = self.rules.snapshot();
         let Some(domain) = loaded.rules.domain(&req.domain) else {
             self.metrics.domain_not_found();
@@ -282,8 +294,8 @@ impl RateLimiter {
                 }
                 Resolved::Counted(c) => c,
             };
-            let after = counts.next().unwrap_or(u64::MAX);
-            let s = c.decide(d.hits, after, now);
+            let tally = counts.next().unwrap_or(Tally::Count(u64::MAX));
+            let s = c.decide(d.hits, tally, now_ms);
             match (&c.metric_path, c.rule) {
                 (Some(path), Some(rule)) => self
                     .metrics
@@ -357,9 +369,9 @@ mod tests {
         fn increment<'a>(
             &'a self,
             batch: &'a [Increment],
-        ) -> BoxFuture<'a, Result<Vec<u64>, StoreError>> {
+        ) -> BoxFuture<'a, Result<Vec<Tally>, StoreError>> {
             let n = batch.len().saturating_sub(1);
-            Box::pin(std::future::ready(Ok(vec![0; n])))
+            Box::pin(std::future::ready(Ok(vec![Tally::Count(0); n])))
         }
 
         fn health(&self) -> StoreHealth {

@@ -21,6 +21,7 @@ pub use live::{ConfigStatus, LiveRules, Loaded, Reload};
 pub use matcher::{Domain, Match, Rule};
 pub use model::{LimitDef, parse_file};
 
+use crate::limiter::{Algorithm, Period};
 use crate::metrics::Metrics;
 
 pub use walk::stat_fingerprint;
@@ -82,9 +83,15 @@ impl Rules {
                 let limit = match r.limit {
                     LimitDef::Unlimited => "unlimited=true".to_owned(),
                     LimitDef::Limited {
-                        unit,
+                        period: Period::Unit(unit),
                         requests_per_unit,
+                        algorithm: Algorithm::FixedWindow,
                     } => format!("unit={unit} requests_per_unit={requests_per_unit}"),
+                    LimitDef::Limited {
+                        period,
+                        requests_per_unit,
+                        algorithm,
+                    } => shaped(period, requests_per_unit, algorithm),
                 };
                 format!(
                     "{}.{}: {limit}, shadow_mode: {}, quota_mode: {}",
@@ -95,6 +102,23 @@ impl Rules {
         lines.sort();
         lines
     }
+}
+
+/// A rule with a shape the reference has no words for: its window and
+/// algorithm after the reference's fields.
+fn shaped(period: Period, requests_per_unit: u32, algorithm: Algorithm) -> String {
+    let window = match period {
+        Period::Unit(u) => format!("unit={u}"),
+        Period::Seconds(n) => format!("window={n}s"),
+    };
+    let burst = match algorithm {
+        Algorithm::TokenBucket { burst } => format!(" burst={burst}"),
+        _ => String::new(),
+    };
+    format!(
+        "{window} requests_per_unit={requests_per_unit} algorithm={}{burst}",
+        algorithm.name()
+    )
 }
 
 /// Reads, validates and compiles every `*.yaml`/`*.yml` file under `dir`,

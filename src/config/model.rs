@@ -10,11 +10,11 @@ use serde_saphyr::Location;
 
 use super::error::ConfigError;
 use super::yaml::{self, Node, Value, position};
-use crate::limiter::Unit;
+use crate::limiter::{Algorithm, MAX_WINDOW_SECONDS, Period, Unit};
 
 /// The reference's flat allow-list of keys: any other key, at any depth outside
 /// `metadata`, is an error.
-pub const VALID_KEYS: [&str; 16] = [
+pub const VALID_KEYS: [&str; 19] = [
     "domain",
     "key",
     "value",
@@ -31,6 +31,10 @@ pub const VALID_KEYS: [&str; 16] = [
     "value_to_metric",
     "share_threshold",
     "metadata",
+    // sluice's extensions of rate_limit (limit shapes).
+    "window",
+    "algorithm",
+    "burst",
 ];
 
 /// One file: a domain and its descriptor tree.
@@ -78,7 +82,12 @@ impl DescriptorDef {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LimitDef {
     Unlimited,
-    Limited { unit: Unit, requests_per_unit: u32 },
+    Limited {
+        requests_per_unit: u32,
+        /// `unit:`, or `window:` for any other length.
+        period: Period,
+        algorithm: Algorithm,
+    },
 }
 
 /// A `rate_limit` block.
@@ -314,6 +323,7 @@ impl Parser<'_> {
         };
         let (mut unit, mut rpu, mut unlimited, mut name, mut replaces) =
             (None, 0u32, false, None, Vec::new());
+        let (mut window, mut algorithm, mut burst) = (None, None, None);
         for (k, v) in entries {
             let key = key_of(k);
             let field = join(path, key);
@@ -323,6 +333,9 @@ impl Parser<'_> {
                 "unlimited" => unlimited = self.boolean(v, &field),
                 "name" => name = self.string(v, &field).filter(|s| !s.is_empty()),
                 "replaces" => replaces = self.replaces(v, &field),
+                "window" => window = self.window(v, &field).map(|w| (w, v)),
+                "algorithm" => algorithm = self.string(v, &field).map(|a| (a, v)),
+                "burst" => burst = Some((self.uint32(v, &field), v)),
                 other => self.misplaced(k, other, "rate_limit"),
             }
         }
@@ -339,23 +352,40 @@ impl Parser<'_> {
             }
             LimitDef::Unlimited
         } else {
-            let text = unit.as_ref().map(|(u, _)| u.as_str()).unwrap_or_default();
-            match Unit::parse(text) {
-                Some(unit) => LimitDef::Limited {
-                    unit,
-                    requests_per_unit: rpu,
-                },
-                None => {
-                    let loc = unit
-                        .as_ref()
-                        .map_or(&node.referenced, |(_, v)| &v.referenced);
+            let period = match (&unit, window) {
+                (Some((_, u)), Some((_, w))) => {
+                    let _ = u;
                     self.error(
-                        loc,
-                        &unit_field,
-                        format!("invalid rate limit unit '{text}'"),
+                        &w.referenced,
+                        &join(path, "window"),
+                        "rate_limit has both unit and window; give one",
                     );
                     return None;
                 }
+                (None, Some((w, _))) => w,
+                (_, None) => {
+                    let text = unit.as_ref().map(|(u, _)| u.as_str()).unwrap_or_default();
+                    match Unit::parse(text) {
+                        Some(unit) => Period::Unit(unit),
+                        None => {
+                            let loc = unit
+                                .as_ref()
+                                .map_or(&node.referenced, |(_, v)| &v.referenced);
+                            self.error(
+                                loc,
+                                &unit_field,
+                                format!("invalid rate limit unit '{text}'"),
+                            );
+                            return None;
+                        }
+                    }
+                }
+            };
+            let algorithm = self.algorithm(path, algorithm, burst, rpu)?;
+            LimitDef::Limited {
+                requests_per_unit: rpu,
+                period,
+                algorithm,
             }
         };
         for (i, (r, loc)) in replaces.iter().enumerate() {
@@ -375,6 +405,88 @@ impl Parser<'_> {
             name,
             replaces: replaces.into_iter().map(|(r, _)| r).collect(),
         })
+    }
+
+    /// `window: 90s`: whole seconds with an `s`, `m`, `h` or `d` suffix (or a
+    /// bare number of seconds), from 1 s to 366 days.
+    fn window(&mut self, node: &Node, field: &str) -> Option<Period> {
+        let text = match &node.value {
+            Value::Int(i) => format!("{i}s"),
+            Value::Str(s) => s.trim().to_ascii_lowercase(),
+            other => {
+                let msg = format!(
+                    "window must be a duration such as 90s, 15m, 2h or 1d, not a {}",
+                    other.kind()
+                );
+                self.error(&node.referenced, field, msg);
+                return None;
+            }
+        };
+        let scale = match text.chars().last() {
+            Some('s') => 1,
+            Some('m') => 60,
+            Some('h') => 3_600,
+            Some('d') => 86_400,
+            _ => 0,
+        };
+        let seconds = text
+            .get(..text.len().saturating_sub(1))
+            .and_then(|n| n.parse::<u64>().ok())
+            .map(|n| n.saturating_mul(scale))
+            .filter(|n| (1..=u64::from(MAX_WINDOW_SECONDS)).contains(n));
+        match seconds.and_then(|n| u32::try_from(n).ok()) {
+            Some(n) => Some(Period::Seconds(n)),
+            None => {
+                let msg = format!(
+                    "invalid window '{text}': a whole number of seconds from 1s to 366d, with an s, m, h or d suffix"
+                );
+                self.error(&node.referenced, field, msg);
+                None
+            }
+        }
+    }
+
+    /// `algorithm:` (default fixed_window) and its `burst:`.
+    fn algorithm(
+        &mut self,
+        path: &str,
+        algorithm: Option<(String, &Node)>,
+        burst: Option<(u32, &Node)>,
+        rpu: u32,
+    ) -> Option<Algorithm> {
+        let algo = match algorithm.as_ref().map(|(a, v)| (a.as_str(), v)) {
+            None | Some(("fixed_window", _)) => Algorithm::FixedWindow,
+            Some(("sliding_window", _)) => Algorithm::SlidingWindow,
+            Some(("token_bucket", _)) => Algorithm::TokenBucket {
+                burst: burst.map_or(rpu, |(b, _)| b),
+            },
+            Some((other, v)) => {
+                let msg = format!(
+                    "unknown algorithm '{other}': fixed_window, sliding_window or token_bucket"
+                );
+                self.error(&v.referenced, &join(path, "algorithm"), msg);
+                return None;
+            }
+        };
+        if let Some((b, v)) = burst {
+            if !matches!(algo, Algorithm::TokenBucket { .. }) {
+                self.error(
+                    &v.referenced,
+                    &join(path, "burst"),
+                    "burst is only for algorithm: token_bucket",
+                );
+                return None;
+            }
+            if b == 0 {
+                self.error(
+                    &v.referenced,
+                    &join(path, "burst"),
+                    "burst must be at least 1",
+                );
+                return None;
+            }
+        }
+        Some(algo)
     }
 
     fn replaces(&mut self, node: &Node, path: &str) -> Vec<(String, Location)> {

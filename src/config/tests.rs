@@ -39,8 +39,9 @@ fn limit(rules: &Rules, entries: &[(&str, &str)]) -> Option<(String, LimitDef)> 
 
 fn per(unit: crate::limiter::Unit, n: u32) -> LimitDef {
     LimitDef::Limited {
-        unit,
+        period: crate::limiter::Period::Unit(unit),
         requests_per_unit: n,
+        algorithm: crate::limiter::Algorithm::FixedWindow,
     }
 }
 

@@ -2,9 +2,11 @@
 //! mode, and the `Retry-After` of a response. Pure and synchronous: the store
 //! has already counted, and this module only reads the numbers.
 
+mod shape;
 mod window;
 
-pub use window::{Now, Unit, Window, WindowStart};
+pub use shape::{Algorithm, Refill, Tally, sliding_estimate, sliding_wait_seconds};
+pub use window::{MAX_WINDOW_SECONDS, Now, Period, Unit, Window, WindowStart};
 
 use crate::metrics::StatDelta;
 
@@ -24,9 +26,12 @@ pub fn hits(request_addend: u32, descriptor_addend: Option<u64>) -> u64 {
 pub struct Counted {
     pub requests_per_unit: u32,
     pub window: Window,
+    pub algorithm: Algorithm,
     pub hits: u64,
-    /// The counter after adding `hits`.
-    pub after: u64,
+    /// What the store reported.
+    pub tally: Tally,
+    /// Milliseconds into `window` when the decision is made.
+    pub elapsed_ms: u64,
     pub shadow: bool,
     pub quota: bool,
 }
@@ -37,26 +42,51 @@ pub struct Status {
     /// Over the limit after shadow mode was applied: what the response says.
     pub over: bool,
     pub remaining: u32,
+    /// `duration_until_reset`: the window's end, or a full bucket.
     pub reset_seconds: u64,
+    /// How long a refused client should wait (`Retry-After`).
+    pub retry_seconds: u64,
     pub quota: bool,
     pub stats: StatDelta,
 }
 
-/// Decides one descriptor: over when the count after adding exceeds the limit.
+/// Decides one descriptor from what the store reported.
 pub fn status(c: &Counted, now: Now) -> Status {
+    match c.tally {
+        Tally::Count(after) => counted_status(c, after, c.window.seconds_until_reset(now), None),
+        Tally::Sliding { current, previous } => {
+            let window_ms = c.window.period.seconds().saturating_mul(1000);
+            let after = sliding_estimate(current, previous, c.elapsed_ms, window_ms);
+            let wait = sliding_wait_seconds(
+                current,
+                previous,
+                c.elapsed_ms,
+                window_ms,
+                u64::from(c.requests_per_unit),
+                c.hits.max(1),
+            );
+            counted_status(c, after, c.window.seconds_until_reset(now), Some(wait))
+        }
+        Tally::Bucket { taken, debt_us } => bucket_status(c, taken, debt_us),
+    }
+}
+
+/// A count held against the limit: over when the count after adding
+/// exceeds it (fixed windows, and sliding windows' estimates).
+fn counted_status(c: &Counted, after: u64, reset: u64, wait: Option<u64>) -> Status {
     let limit = u64::from(c.requests_per_unit);
-    let before = c.after.saturating_sub(c.hits);
+    let before = after.saturating_sub(c.hits);
     let near = (c.requests_per_unit as f32 * NEAR_LIMIT_RATIO).floor() as u64;
     let mut stats = StatDelta {
         total_hits: c.hits,
         ..StatDelta::default()
     };
-    let over = c.after > limit;
+    let over = after > limit;
     if over {
         if before >= limit {
             stats.over_limit = c.hits;
         } else {
-            stats.over_limit = c.after - limit;
+            stats.over_limit = after - limit;
             stats.near_limit = limit - near.max(before);
         }
         if c.shadow {
@@ -64,12 +94,8 @@ pub fn status(c: &Counted, now: Now) -> Status {
         }
     } else {
         stats.within_limit = c.hits;
-        if c.after > near {
-            stats.near_limit = if before >= near {
-                c.hits
-            } else {
-                c.after - near
-            };
+        if after > near {
+            stats.near_limit = if before >= near { c.hits } else { after - near };
         }
     }
     Status {
@@ -77,9 +103,44 @@ pub fn status(c: &Counted, now: Now) -> Status {
         remaining: if over {
             0
         } else {
-            u32::try_from(limit - c.after).unwrap_or(u32::MAX)
+            u32::try_from(limit - after).unwrap_or(u32::MAX)
         },
-        reset_seconds: c.window.seconds_until_reset(now),
+        reset_seconds: reset,
+        retry_seconds: wait.unwrap_or(reset),
+        quota: c.quota,
+        stats,
+    }
+}
+
+/// A token bucket: over when the store could not take the hits.
+fn bucket_status(c: &Counted, taken: bool, debt_us: u64) -> Status {
+    let Algorithm::TokenBucket { burst } = c.algorithm else {
+        // A bucket answer for a rule that is not a bucket: count it as full.
+        return counted_status(c, u64::MAX, 1, None);
+    };
+    let refill = Refill::new(c.requests_per_unit, c.window.period.seconds(), burst);
+    let tokens = refill.tokens(debt_us);
+    let near = (burst as f32 * (1.0 - NEAR_LIMIT_RATIO)).floor() as u64;
+    let mut stats = StatDelta {
+        total_hits: c.hits,
+        ..StatDelta::default()
+    };
+    if taken {
+        stats.within_limit = c.hits;
+        if tokens < near {
+            stats.near_limit = c.hits;
+        }
+    } else {
+        stats.over_limit = c.hits;
+        if c.shadow {
+            stats.shadow_mode = c.hits;
+        }
+    }
+    Status {
+        over: !taken && !c.shadow,
+        remaining: u32::try_from(tokens).unwrap_or(u32::MAX),
+        reset_seconds: debt_us.div_ceil(1_000_000),
+        retry_seconds: refill.wait_seconds(debt_us, c.hits.max(1)),
         quota: c.quota,
         stats,
     }
@@ -110,9 +171,9 @@ pub fn summarize<'a>(
         if s.quota {
             quota_seen = true;
             quota_all_over &= s.over;
-            quota_first_reset = quota_first_reset.min(s.reset_seconds);
+            quota_first_reset = quota_first_reset.min(s.retry_seconds);
         } else if s.over {
-            blocking = Some(blocking.unwrap_or(0).max(s.reset_seconds));
+            blocking = Some(blocking.unwrap_or(0).max(s.retry_seconds));
         }
     }
     if quota_seen && quota_all_over {

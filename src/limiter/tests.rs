@@ -4,8 +4,10 @@ fn counted(limit: u32, hits: u64, after: u64) -> Counted {
     Counted {
         requests_per_unit: limit,
         window: Window::containing(Unit::Minute, Now(1_000_000)),
+        algorithm: Algorithm::FixedWindow,
         hits,
-        after,
+        tally: Tally::Count(after),
+        elapsed_ms: 0,
         shadow: false,
         quota: false,
     }
@@ -90,8 +92,10 @@ fn shadow_mode_allows_and_counts() {
 fn retry_after_is_the_latest_reset_of_the_over_descriptors() {
     let mut short = status(&counted(1, 1, 2), NOW);
     short.reset_seconds = 5;
+    short.retry_seconds = 5;
     let mut long = status(&counted(1, 1, 2), NOW);
     long.reset_seconds = 40;
+    long.retry_seconds = 40;
     let ok = status(&counted(10, 1, 1), Now(1_000_059));
     let s = summarize([&short, &ok, &long], false);
     assert_eq!(
@@ -108,6 +112,7 @@ fn retry_after_is_the_latest_reset_of_the_over_descriptors() {
 fn retry_after_is_at_least_one() {
     let mut s = status(&counted(1, 1, 2), NOW);
     s.reset_seconds = 0;
+    s.retry_seconds = 0;
     assert_eq!(summarize([&s], false).retry_after, Some(1));
 }
 
@@ -132,11 +137,13 @@ fn quota_mode_is_over_only_when_every_quota_descriptor_is() {
     let (sa, sb) = (status(&a, NOW), status(&b, NOW));
     assert!(sa.over, "the status itself stays over");
     assert!(!summarize([&sa, &sb], false).over);
-    b.after = 4;
+    b.tally = Tally::Count(4);
     let mut sb = status(&b, NOW);
     sb.reset_seconds = 7;
+    sb.retry_seconds = 7;
     let mut sa = sa;
     sa.reset_seconds = 30;
+    sa.retry_seconds = 30;
     assert_eq!(
         summarize([&sa, &sb], false),
         Summary {

@@ -87,11 +87,84 @@ impl fmt::Display for Unit {
     }
 }
 
+/// The length of a window: one of the reference's units, or any whole number
+/// of seconds (`window: 90s`). Windows are aligned to the Unix epoch either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Period {
+    Unit(Unit),
+    Seconds(u32),
+}
+
+/// The longest `window:` accepted: 366 days.
+pub const MAX_WINDOW_SECONDS: u32 = 366 * 86_400;
+
+impl Period {
+    pub fn seconds(self) -> u64 {
+        match self {
+            Period::Unit(u) => u.seconds(),
+            Period::Seconds(n) => u64::from(n),
+        }
+    }
+
+    /// The unit Envoy is told in `current_limit`, which can only name second
+    /// to year: the unit itself, or for other windows the longest unit that
+    /// fits in the window (see [`Period::reported_limit`]).
+    pub fn reported_unit(self) -> Unit {
+        match self {
+            Period::Unit(u) => u,
+            Period::Seconds(n) => Unit::ALL
+                .into_iter()
+                .rev()
+                .find(|u| u.seconds() <= u64::from(n))
+                .unwrap_or(Unit::Second),
+        }
+    }
+
+    /// The limit to report with [`Period::reported_unit`]: scaled to that
+    /// unit and rounded down (never below 1), so a client that paces itself by
+    /// the report never runs into the real limit. `30 per 90s` is reported as
+    /// `20 per minute`.
+    pub fn reported_limit(self, limit: u32) -> u32 {
+        match self {
+            Period::Unit(_) => limit,
+            Period::Seconds(n) => {
+                let unit = self.reported_unit().seconds();
+                let scaled = u64::from(limit) * unit / u64::from(n.max(1));
+                u32::try_from(scaled).unwrap_or(u32::MAX).max(1).min(limit)
+            }
+        }
+    }
+}
+
+impl From<Unit> for Period {
+    fn from(u: Unit) -> Period {
+        Period::Unit(u)
+    }
+}
+
+impl fmt::Display for Period {
+    /// `MINUTE`, or `90S` for a window of 90 seconds.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Period::Unit(u) => f.write_str(u.name()),
+            Period::Seconds(n) => write!(f, "{n}S"),
+        }
+    }
+}
+
 /// Seconds since the Unix epoch: the clock every decision is made against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Now(pub u64);
 
 impl Now {
+    /// The wall clock in milliseconds since the epoch (sliding windows weigh
+    /// the previous window by it).
+    pub fn wall_ms() -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+
     /// The wall clock, in whole seconds.
     pub fn wall() -> Now {
         Now(SystemTime::now()
@@ -105,26 +178,35 @@ impl Now {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct WindowStart(pub u64);
 
-/// One window of one unit.
+/// One window of one period.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Window {
-    pub unit: Unit,
+    pub period: Period,
     pub start: WindowStart,
 }
 
 impl Window {
-    /// The window of `unit` that contains `now`.
-    pub fn containing(unit: Unit, now: Now) -> Window {
-        let len = unit.seconds();
+    /// The window of `period` that contains `now`.
+    pub fn containing(period: impl Into<Period>, now: Now) -> Window {
+        let period = period.into();
+        let len = period.seconds().max(1);
         Window {
-            unit,
+            period,
             start: WindowStart(now.0 / len * len),
+        }
+    }
+
+    /// The window just before this one.
+    pub fn previous(&self) -> Window {
+        Window {
+            period: self.period,
+            start: WindowStart(self.start.0.saturating_sub(self.period.seconds())),
         }
     }
 
     /// The first second after the window.
     pub fn end(&self) -> u64 {
-        self.start.0 + self.unit.seconds()
+        self.start.0 + self.period.seconds()
     }
 
     /// Whole seconds until the window ends; at least 1, and the full unit at a
@@ -168,6 +250,22 @@ mod tests {
         );
         assert_eq!(Unit::Month.seconds(), 30 * 86_400);
         assert_eq!(Unit::Year.seconds(), 365 * 86_400);
+    }
+
+    #[test]
+    fn any_window_aligns_and_reports_a_unit_envoy_knows() {
+        let p = Period::Seconds(90);
+        let w = Window::containing(p, Now(1_000));
+        assert_eq!(w.start.0, 990);
+        assert_eq!(w.previous().start.0, 900);
+        assert_eq!(p.reported_unit(), Unit::Minute);
+        assert_eq!(p.reported_limit(30), 20);
+        assert_eq!(Period::Seconds(1).reported_limit(5), 5);
+        assert_eq!(Period::Seconds(7200).reported_unit(), Unit::Hour);
+        assert_eq!(Period::Seconds(7200).reported_limit(1), 1, "never 0");
+        assert_eq!(Period::Unit(Unit::Day).reported_limit(7), 7);
+        assert_eq!(Period::Seconds(90).to_string(), "90S");
+        assert_eq!(Period::Unit(Unit::Hour).to_string(), "HOUR");
     }
 
     #[test]

@@ -13,20 +13,26 @@ use redis::Script;
 use tokio::sync::{mpsc, oneshot};
 
 use super::StoreError;
-use super::redis::decode_counts;
+use super::script::{Op, decode};
+use crate::limiter::Tally;
 
 /// Keys above which a batch is sent without waiting for more.
 const MAX_BATCH_KEYS: usize = 512;
 /// Requests that may wait for the batcher before senders are held back.
 const QUEUE: usize = 16_384;
 
-type Reply = Result<Vec<u64>, StoreError>;
+type Reply = Result<Vec<Tally>, StoreError>;
 
-/// One request's part of a batch: keys with their `(hits, ttl)`.
+/// One request's part of a batch.
 struct Job {
-    keys: Vec<String>,
-    args: Vec<(u64, u64)>,
+    ops: Vec<Op>,
     reply: oneshot::Sender<Reply>,
+}
+
+impl Job {
+    fn keys(&self) -> usize {
+        self.ops.iter().map(|o| o.keys.len()).sum()
+    }
 }
 
 /// The handle requests use; the batching task stops once every handle is
@@ -47,11 +53,11 @@ impl Batcher {
         Batcher { tx }
     }
 
-    /// Counts after the increment, in `keys` order.
-    pub(super) async fn increment(&self, keys: Vec<String>, args: Vec<(u64, u64)>) -> Reply {
+    /// Tallies of the increments, in `ops` order.
+    pub(super) async fn increment(&self, ops: Vec<Op>) -> Reply {
         let (reply, answer) = oneshot::channel();
         self.tx
-            .send(Job { keys, args, reply })
+            .send(Job { ops, reply })
             .await
             .map_err(|_| StoreError::Unavailable("redis batcher stopped".into()))?;
         answer
@@ -74,11 +80,11 @@ async fn drive(
             job = rx.recv(), if open && sending.len() < in_flight => match job {
                 None => open = false,
                 Some(first) => {
-                    let mut keys = first.keys.len();
+                    let mut keys = first.keys();
                     let mut jobs = vec![first];
                     while keys < MAX_BATCH_KEYS {
                         let Ok(job) = rx.try_recv() else { break };
-                        keys += job.keys.len();
+                        keys += job.keys();
                         jobs.push(job);
                     }
                     sending.push(send(pool.clone(), script.clone(), jobs));
@@ -89,7 +95,7 @@ async fn drive(
 }
 
 async fn send(pool: bb8::Pool<RedisConnectionManager>, script: Arc<Script>, jobs: Vec<Job>) {
-    let keys: usize = jobs.iter().map(|j| j.keys.len()).sum();
+    let answers: usize = jobs.iter().map(|j| j.ops.len() * 2).sum();
     let raw: Result<Vec<i64>, StoreError> = async {
         // Multiplexed: clone the connection and give the slot back at once.
         let mut conn = pool
@@ -98,10 +104,8 @@ async fn send(pool: bb8::Pool<RedisConnectionManager>, script: Arc<Script>, jobs
             .map_err(|e| StoreError::Unavailable(e.to_string()))?
             .clone();
         let mut inv = script.prepare_invoke();
-        for job in &jobs {
-            for (key, (hits, ttl)) in job.keys.iter().zip(&job.args) {
-                inv.key(key).arg(*hits).arg(*ttl);
-            }
+        for op in jobs.iter().flat_map(|j| &j.ops) {
+            op.add_to(&mut inv);
         }
         inv.invoke_async(&mut conn)
             .await
@@ -110,17 +114,17 @@ async fn send(pool: bb8::Pool<RedisConnectionManager>, script: Arc<Script>, jobs
     .await
     // A reply that does not match the call is the store's fault: nobody is
     // answered from it, so no request is admitted on a missing count.
-    .and_then(|raw: Vec<i64>| super::same_length(raw.len(), keys).map(|()| raw));
+    .and_then(|raw: Vec<i64>| super::same_length(raw.len(), answers).map(|()| raw));
     match raw {
         Ok(raw) => {
             let mut rest = raw.as_slice();
             for job in jobs {
-                let (mine, tail) = rest.split_at(job.keys.len().min(rest.len()));
+                let (mine, tail) = rest.split_at((job.ops.len() * 2).min(rest.len()));
                 rest = tail;
-                // Each request gets its own counts, or its own error: one
+                // Each request gets its own tallies, or its own error: one
                 // request's refused counter never fails the others.
                 // A request that timed out has gone; nothing to tell it.
-                let _ = job.reply.send(decode_counts(mine));
+                let _ = job.reply.send(decode(job.ops.iter().map(Op::kind), mine));
             }
         }
         Err(e) => {

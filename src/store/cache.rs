@@ -13,7 +13,7 @@ use std::hash::{BuildHasher, RandomState};
 use parking_lot::Mutex;
 
 use super::{CounterKey, Increment};
-use crate::limiter::{Now, WindowStart};
+use crate::limiter::{Algorithm, Now, Tally, WindowStart};
 
 const SHARDS: usize = 16;
 
@@ -51,17 +51,24 @@ impl OverLimitCache {
     }
 
     /// The count to answer with when `inc` is certainly over its limit.
-    pub fn over(&self, inc: &Increment) -> Option<u64> {
-        if self.per_shard == 0 {
+    /// Fixed windows only: a sliding window's estimate falls as time passes,
+    /// and a token bucket refills within the window, so remembering either
+    /// would turn a short wait into a whole-window block.
+    pub fn over(&self, inc: &Increment) -> Option<Tally> {
+        if self.per_shard == 0 || inc.algorithm != Algorithm::FixedWindow {
             return None;
         }
         let seen = *self.shard(&inc.key).lock().get(&inc.key)?;
         let after = seen.count.saturating_add(inc.hits);
-        (seen.start == inc.window.start && after > u64::from(inc.limit)).then_some(after)
+        (seen.start == inc.window.start && after > u64::from(inc.limit))
+            .then_some(Tally::Count(after))
     }
 
     /// Remembers a count the store returned, when it is over the limit.
-    pub fn record(&self, inc: &Increment, count: u64) {
+    pub fn record(&self, inc: &Increment, tally: &Tally) {
+        let Tally::Count(count) = *tally else {
+            return;
+        };
         if self.per_shard == 0 || count <= u64::from(inc.limit) {
             return;
         }
@@ -111,16 +118,17 @@ mod tests {
             hits: 1,
             limit,
             window: Window::containing(Unit::Minute, Now(now)),
+            algorithm: Algorithm::FixedWindow,
         }
     }
 
     #[test]
     fn answers_only_while_over_in_the_same_window() {
         let c = OverLimitCache::new(100);
-        c.record(&inc("a", 5, 60), 5);
+        c.record(&inc("a", 5, 60), &Tally::Count(5));
         assert_eq!(c.over(&inc("a", 5, 60)), None, "at the limit is not over");
-        c.record(&inc("a", 5, 60), 6);
-        assert_eq!(c.over(&inc("a", 5, 61)), Some(7));
+        c.record(&inc("a", 5, 60), &Tally::Count(6));
+        assert_eq!(c.over(&inc("a", 5, 61)), Some(Tally::Count(7)));
         assert_eq!(
             c.over(&inc("a", 5, 120)),
             None,
@@ -132,7 +140,7 @@ mod tests {
     #[test]
     fn a_higher_override_is_not_blocked() {
         let c = OverLimitCache::new(100);
-        c.record(&inc("a", 5, 60), 6);
+        c.record(&inc("a", 5, 60), &Tally::Count(6));
         assert_eq!(c.over(&inc("a", 100, 60)), None);
     }
 
@@ -140,23 +148,23 @@ mod tests {
     fn a_full_cache_still_remembers_the_newest_over_limit_key() {
         let c = OverLimitCache::new(16);
         for i in 0..1000 {
-            c.record(&inc(&i.to_string(), 0, 60), 1);
+            c.record(&inc(&i.to_string(), 0, 60), &Tally::Count(1));
         }
-        c.record(&inc("newest", 0, 60), 1);
-        assert_eq!(c.over(&inc("newest", 0, 60)), Some(2));
+        c.record(&inc("newest", 0, 60), &Tally::Count(1));
+        assert_eq!(c.over(&inc("newest", 0, 60)), Some(Tally::Count(2)));
     }
 
     #[test]
     fn bounded_and_swept() {
         let c = OverLimitCache::new(16);
         for i in 0..1000 {
-            c.record(&inc(&i.to_string(), 0, 60), 1);
+            c.record(&inc(&i.to_string(), 0, 60), &Tally::Count(1));
         }
         assert!(c.len() <= 16, "{}", c.len());
         c.sweep(Now(120));
         assert!(c.is_empty());
         let off = OverLimitCache::new(0);
-        off.record(&inc("a", 0, 60), 1);
+        off.record(&inc("a", 0, 60), &Tally::Count(1));
         assert_eq!(off.over(&inc("a", 0, 60)), None);
     }
 }

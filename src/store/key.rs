@@ -9,22 +9,54 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::limiter::Unit;
+use crate::limiter::{Algorithm, Period, Unit};
 
-/// The identity of one counter across windows: domain, unit and entries.
+/// What besides the entries tells counters apart: the window's length and
+/// the algorithm, whose stored state differs (a count, or a bucket's time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeySpace {
+    pub period: Period,
+    pub algorithm: Algorithm,
+}
+
+impl From<Unit> for KeySpace {
+    /// A fixed window of one unit, as every reference rule is.
+    fn from(unit: Unit) -> KeySpace {
+        KeySpace {
+            period: Period::Unit(unit),
+            algorithm: Algorithm::FixedWindow,
+        }
+    }
+}
+
+/// Tags above every unit's proto value: shapes other than a fixed window of
+/// one unit, followed by the window in seconds.
+const SHAPED: u8 = 0x10;
+
+/// The identity of one counter across windows: domain, shape and entries.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct CounterKey(Arc<[u8]>);
 
 impl CounterKey {
-    /// Builds the key of `entries` (key, value) under `domain` for `unit`.
+    /// Builds the key of `entries` (key, value) under `domain` for `space`.
+    /// A fixed window of one unit keeps the bytes it always had, so the
+    /// Redis keys of reference rules do not change.
     pub fn new<'a>(
         domain: &str,
-        unit: Unit,
+        space: impl Into<KeySpace>,
         entries: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> CounterKey {
+        let space = space.into();
         let mut buf = Vec::with_capacity(64);
         push(&mut buf, domain.as_bytes());
-        buf.push(unit.proto() as u8);
+        match (space.period, space.algorithm) {
+            (Period::Unit(unit), Algorithm::FixedWindow) => buf.push(unit.proto() as u8),
+            (period, algorithm) => {
+                buf.push(SHAPED + algorithm.tag());
+                let seconds = u32::try_from(period.seconds()).unwrap_or(u32::MAX);
+                buf.extend_from_slice(&seconds.to_be_bytes());
+            }
+        }
         for (k, v) in entries {
             push(&mut buf, k.as_bytes());
             push(&mut buf, v.as_bytes());
@@ -40,7 +72,12 @@ impl CounterKey {
     pub fn parts(&self) -> (&str, Vec<(&str, &str)>) {
         let mut rest: &[u8] = &self.0;
         let domain = take(&mut rest);
-        rest = rest.get(1..).unwrap_or_default();
+        let header = if rest.first().is_some_and(|t| *t >= SHAPED) {
+            5
+        } else {
+            1
+        };
+        rest = rest.get(header..).unwrap_or_default();
         let mut entries = Vec::new();
         while !rest.is_empty() {
             let k = take(&mut rest);
@@ -99,6 +136,26 @@ mod tests {
         let b = CounterKey::new("d", Unit::Minute, [("k", "v")]);
         assert_ne!(a, b);
         assert_eq!(a, CounterKey::new("d", Unit::Second, [("k", "v")]));
+    }
+
+    #[test]
+    fn shapes_and_windows_separate_keys() {
+        let fixed = CounterKey::new("d", Unit::Minute, [("k", "v")]);
+        let space = |period, algorithm| KeySpace { period, algorithm };
+        let sliding = CounterKey::new(
+            "d",
+            space(Period::Unit(Unit::Minute), Algorithm::SlidingWindow),
+            [("k", "v")],
+        );
+        let sixty = CounterKey::new(
+            "d",
+            space(Period::Seconds(60), Algorithm::FixedWindow),
+            [("k", "v")],
+        );
+        assert_ne!(fixed, sliding);
+        assert_ne!(fixed, sixty);
+        assert_ne!(sliding, sixty);
+        assert_eq!(sliding.parts(), ("d", vec![("k", "v")]));
     }
 
     #[test]

@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::{BoxFuture, CounterStats, Increment, Store, StoreError, StoreHealth};
 use crate::limiter::Now;
+use crate::limiter::{Algorithm, Refill, Tally};
 
 const SHARDS: usize = 64;
 /// Counters looked at to choose one to drop when a shard is full.
@@ -39,16 +40,28 @@ struct Slot {
     end: u32,
     /// The limit the count is held against, to keep over-limit counters.
     limit: u32,
+    /// Fixed window: the count. Sliding: this window's count. Token bucket:
+    /// the theoretical arrival time, in microseconds since the epoch.
     count: u64,
+    /// Sliding window: the previous window's count.
+    previous: u64,
 }
 
 impl Slot {
     /// Eviction order: the lowest goes first. Counters within their limit
-    /// before those at or over it, then by count.
-    fn keep_score(&self) -> (bool, u64) {
+    /// before those at or over it, then by count (for a token bucket, by how
+    /// long until it is full again).
+    fn keep_score(&self, now: u32) -> (bool, u64) {
+        if self.start == BUCKET {
+            let debt = u64::from(self.end.saturating_sub(now));
+            return (false, debt);
+        }
         (self.count >= u64::from(self.limit), self.count)
     }
 }
+
+/// The `start` of a token bucket's slot, which has no window.
+const BUCKET: u32 = u32::MAX;
 
 /// The table's keys are hashes already: use their bits as they are.
 #[derive(Default)]
@@ -128,7 +141,7 @@ impl MemoryStore {
         let victim = map
             .iter()
             .take(SAMPLE)
-            .min_by_key(|(_, slot)| slot.keep_score())
+            .min_by_key(|(_, slot)| slot.keep_score(now))
             .map(|(id, _)| *id);
         if let Some(id) = victim {
             map.remove(&id);
@@ -136,8 +149,21 @@ impl MemoryStore {
         }
     }
 
-    /// Adds to every counter of the batch, synchronously.
-    pub fn increment_now<'a>(&self, batch: impl IntoIterator<Item = &'a Increment>) -> Vec<u64> {
+    /// Adds to every counter of the batch, synchronously, at the wall clock.
+    pub fn increment_now<'a>(&self, batch: impl IntoIterator<Item = &'a Increment>) -> Vec<Tally> {
+        let now_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+        self.increment_at(batch, now_us)
+    }
+
+    /// Adds to every counter of the batch at `now_us` (token buckets refill
+    /// by it; windows come with the increments).
+    pub fn increment_at<'a>(
+        &self,
+        batch: impl IntoIterator<Item = &'a Increment>,
+        now_us: u64,
+    ) -> Vec<Tally> {
         batch
             .into_iter()
             .map(|inc| {
@@ -146,31 +172,21 @@ impl MemoryStore {
                 let id = u128::from(high) << 64 | u128::from(self.hashers[1].hash_one(bytes));
                 #[allow(clippy::indexing_slicing, reason = "taken modulo the shard count")]
                 let shard = &self.shards[high as usize % SHARDS];
-                let (start, end) = (secs(inc.window.start.0), secs(inc.window.end()));
-                let fresh = Slot {
-                    start,
-                    end,
-                    limit: inc.limit,
-                    count: 0,
-                };
                 let mut map = shard.lock();
                 if map.len() >= self.per_shard && !map.contains_key(&id) {
                     // The whole scan runs only when a shard is full, and
                     // then frees every ended window at once.
-                    self.make_room(&mut map, start);
+                    self.make_room(&mut map, secs(inc.window.start.0));
                 }
-                let slot = map.entry(id).or_insert(fresh);
-                if slot.start != start {
-                    *slot = Slot {
-                        start,
-                        end,
-                        limit: inc.limit,
-                        count: 0,
-                    };
-                }
+                let slot = map.entry(id).or_insert(Slot {
+                    start: 0,
+                    end: 0,
+                    limit: inc.limit,
+                    count: 0,
+                    previous: 0,
+                });
                 slot.limit = inc.limit;
-                slot.count = slot.count.saturating_add(inc.hits);
-                slot.count
+                apply(slot, inc, now_us)
             })
             .collect()
     }
@@ -200,11 +216,54 @@ impl MemoryStore {
     }
 }
 
+/// One increment on its slot, by the rule's algorithm.
+fn apply(slot: &mut Slot, inc: &Increment, now_us: u64) -> Tally {
+    let (start, end) = (secs(inc.window.start.0), secs(inc.window.end()));
+    match inc.algorithm {
+        Algorithm::FixedWindow => {
+            if slot.start != start {
+                (slot.start, slot.end, slot.count) = (start, end, 0);
+            }
+            slot.count = slot.count.saturating_add(inc.hits);
+            Tally::Count(slot.count)
+        }
+        Algorithm::SlidingWindow => {
+            if slot.start != start {
+                let previous = secs(inc.window.previous().start.0);
+                slot.previous = if slot.start == previous {
+                    slot.count
+                } else {
+                    0
+                };
+                slot.count = 0;
+                slot.start = start;
+                // Kept through the next window, which weighs this one.
+                slot.end = secs(inc.window.end() + inc.window.period.seconds());
+            }
+            slot.count = slot.count.saturating_add(inc.hits);
+            Tally::Sliding {
+                current: slot.count,
+                previous: slot.previous,
+            }
+        }
+        Algorithm::TokenBucket { burst } => {
+            let refill = Refill::new(inc.limit, inc.window.period.seconds(), burst);
+            let tat = if slot.start == BUCKET { slot.count } else { 0 };
+            let (tat, tally) = refill.take(tat, now_us, inc.hits);
+            slot.start = BUCKET;
+            slot.count = tat;
+            // Full again (and so the same as no slot) from then on.
+            slot.end = secs(tat.div_ceil(1_000_000));
+            tally
+        }
+    }
+}
+
 impl Store for MemoryStore {
     fn increment<'a>(
         &'a self,
         batch: &'a [Increment],
-    ) -> BoxFuture<'a, Result<Vec<u64>, StoreError>> {
+    ) -> BoxFuture<'a, Result<Vec<Tally>, StoreError>> {
         let counts = self.increment_now(batch.iter());
         Box::pin(std::future::ready(Ok(counts)))
     }
@@ -241,7 +300,17 @@ mod tests {
             hits: 1,
             limit: 100,
             window: Window::containing(Unit::Minute, Now(now)),
+            algorithm: Algorithm::FixedWindow,
         }
+    }
+
+    fn counts(t: Vec<Tally>) -> Vec<u64> {
+        t.into_iter()
+            .map(|t| match t {
+                Tally::Count(n) => n,
+                other => panic!("{other:?}"),
+            })
+            .collect()
     }
 
     #[test]
@@ -256,7 +325,7 @@ mod tests {
         }
         assert!(s.sweep(Now(60)) <= SHARDS * 8);
         assert!(s.stats().evictions >= 100_000 - (SHARDS * 8) as u64);
-        assert_eq!(s.increment_now(&[inc("victim", 61)]), [31], "kept");
+        assert_eq!(counts(s.increment_now(&[inc("victim", 61)])), [31], "kept");
     }
 
     #[test]
@@ -275,7 +344,7 @@ mod tests {
                 s.increment_now(&[inc(&format!("busy{i}"), 60)]);
             }
         }
-        assert_eq!(s.increment_now(&[over("blocked")]), [6]);
+        assert_eq!(counts(s.increment_now(&[over("blocked")])), [6]);
     }
 
     #[test]
@@ -288,7 +357,7 @@ mod tests {
         for _ in 0..3 {
             s.increment_now(&[inc("new", 120)]);
         }
-        assert_eq!(s.increment_now(&[inc("new", 121)]), [4]);
+        assert_eq!(counts(s.increment_now(&[inc("new", 121)])), [4]);
         assert_eq!(s.stats().evictions, before, "an ended window went instead");
     }
 
@@ -296,10 +365,10 @@ mod tests {
     fn counts_per_key_and_restarts_each_window() {
         let s = MemoryStore::default();
         assert_eq!(
-            s.increment_now(&[inc("a", 60), inc("a", 61), inc("b", 61)]),
+            counts(s.increment_now(&[inc("a", 60), inc("a", 61), inc("b", 61)])),
             [1, 2, 1]
         );
-        assert_eq!(s.increment_now(&[inc("a", 120)]), [1]);
+        assert_eq!(counts(s.increment_now(&[inc("a", 120)])), [1]);
     }
 
     #[test]
@@ -319,7 +388,7 @@ mod tests {
                 let s = s.clone();
                 std::thread::spawn(move || {
                     (0..1000)
-                        .filter(|_| s.increment_now(&[inc("hot", 60)])[0] <= 100)
+                        .filter(|_| counts(s.increment_now(&[inc("hot", 60)]))[0] <= 100)
                         .count()
                 })
             })

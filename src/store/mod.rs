@@ -8,16 +8,17 @@ mod key;
 mod memory;
 pub mod redis;
 mod resilient;
+mod script;
 
 use std::future::Future;
 use std::pin::Pin;
 
 pub use cache::OverLimitCache;
-pub use key::CounterKey;
+pub use key::{CounterKey, KeySpace};
 pub use memory::{DEFAULT_MAX_COUNTERS, MemoryStore};
 pub use resilient::{FailurePolicy, Primary, Resilient, ResilientOptions};
 
-use crate::limiter::Window;
+use crate::limiter::{Algorithm, Tally, Window};
 
 /// A boxed future, so stores can sit behind `dyn Store`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -27,9 +28,12 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub struct Increment {
     pub key: CounterKey,
     pub hits: u64,
-    /// The limit the count will be held against (for the over-limit cache).
+    /// The limit the count will be held against (for the over-limit cache),
+    /// and a token bucket's refill rate per window.
     pub limit: u32,
+    /// The window the hits fall in (a token bucket's refill period).
     pub window: Window,
+    pub algorithm: Algorithm,
 }
 
 /// Why a store could not count.
@@ -66,7 +70,7 @@ pub struct CounterStats {
 }
 
 /// Checks that a store's answer has one count per increment.
-pub fn expect_counts(counts: Vec<u64>, expected: usize) -> Result<Vec<u64>, StoreError> {
+pub fn expect_counts<T>(counts: Vec<T>, expected: usize) -> Result<Vec<T>, StoreError> {
     same_length(counts.len(), expected).map(|()| counts)
 }
 
@@ -96,12 +100,12 @@ pub struct StoreHealth {
 
 /// A place where counters live.
 pub trait Store: Send + Sync + 'static {
-    /// Increments every counter of the batch and returns the counts after, in
-    /// batch order. `now` is the second the decision is made at.
+    /// Counts every increment of the batch by its algorithm and reports each
+    /// counter, in batch order.
     fn increment<'a>(
         &'a self,
         batch: &'a [Increment],
-    ) -> BoxFuture<'a, Result<Vec<u64>, StoreError>>;
+    ) -> BoxFuture<'a, Result<Vec<Tally>, StoreError>>;
 
     fn health(&self) -> StoreHealth;
 

@@ -20,57 +20,12 @@ use redis::{IntoConnectionInfo, Script};
 use sha2::{Digest, Sha256};
 
 use super::batch::Batcher;
+pub use super::script::EXPIRY_SLACK_SECONDS;
+use super::script::{Op, SCRIPT, decode};
 use super::{CounterKey, Increment, StoreError};
 use crate::hex::push_hex;
 use crate::limiter::Now;
-
-/// Seconds a key may outlive its window. Expiries are relative to sluice's own
-/// clock, so a skew between sluice and Redis cannot end a window early.
-pub const EXPIRY_SLACK_SECONDS: u64 = 5;
-
-/// Each key is incremented under `pcall`, so one key's error is that key's
-/// answer and not the whole call's: a counter that would overflow answers
-/// `OVERFLOW`, a key that holds something else answers `NOT_A_COUNTER`. Any
-/// other error (out of memory, a read-only replica, no permission) is the
-/// store's and fails the call.
-const INCREMENT: &str = r"
-local out = {}
-for i = 1, #KEYS do
-  local n = redis.pcall('INCRBY', KEYS[i], ARGV[2 * i - 1])
-  if type(n) == 'table' then
-    local e = n.err or ''
-    if string.find(e, 'overflow', 1, true) then
-      out[i] = -1
-    elseif string.find(e, 'WRONGTYPE', 1, true) or string.find(e, 'not an integer', 1, true) then
-      out[i] = -2
-    else
-      return n
-    end
-  else
-    out[i] = n
-    redis.call('EXPIRE', KEYS[i], ARGV[2 * i])
-  end
-end
-return out
-";
-
-/// The script's answer for a counter past `i64::MAX`: it is over any limit.
-const OVERFLOW: i64 = -1;
-/// The script's answer for a key that holds something other than a count.
-const NOT_A_COUNTER: i64 = -2;
-
-/// One request's counts from the script's raw answers.
-pub(super) fn decode_counts(raw: &[i64]) -> Result<Vec<u64>, StoreError> {
-    raw.iter()
-        .map(|&n| match n {
-            OVERFLOW => Ok(u64::MAX),
-            NOT_A_COUNTER => Err(StoreError::Rejected(
-                "a counter key holds a value that is not a count".into(),
-            )),
-            n => u64::try_from(n).map_err(|_| StoreError::BadReply(format!("negative count {n}"))),
-        })
-        .collect()
-}
+use crate::limiter::{Algorithm, Tally};
 
 /// A Redis error as a store error: a reply that cannot be read is a bad
 /// reply; everything else means the store cannot count right now.
@@ -182,7 +137,7 @@ impl RedisStore {
         Ok(RedisStore {
             config,
             live: ArcSwapOption::empty(),
-            script: Arc::new(Script::new(INCREMENT)),
+            script: Arc::new(Script::new(SCRIPT)),
         })
     }
 
@@ -260,37 +215,41 @@ impl RedisStore {
             .script
             .key(key)
             .arg(0)
+            .arg(0)
             .arg(EXPIRY_SLACK_SECONDS)
+            .arg(0)
+            .arg(0)
             .invoke_async(conn)
             .await
             .map_err(|e| classify(&e))?;
         // Only ever incremented by 0, the probe key holds 0: a proxy or fake
         // that answers a fixed count is caught here.
         match raw.as_slice() {
-            [0] => Ok(started.elapsed()),
+            [0, 0] => Ok(started.elapsed()),
             other => Err(StoreError::BadReply(format!(
                 "probe script answered {other:?}"
             ))),
         }
     }
 
-    /// Runs the increment script for the batch; counts come back in batch order.
-    pub async fn increment(&self, batch: &[&Increment]) -> Result<Vec<u64>, StoreError> {
+    /// Runs the script for the batch; tallies come back in batch order.
+    pub async fn increment(&self, batch: &[&Increment]) -> Result<Vec<Tally>, StoreError> {
         let live = self
             .live
             .load_full()
             .ok_or_else(|| StoreError::Unavailable("not connected".into()))?;
         let now = Now::wall();
-        let keys: Vec<String> = batch.iter().map(|i| self.redis_key(i)).collect();
+        let ops: Vec<Op> = batch
+            .iter()
+            .map(|i| Op::new(i, self.keys(i), now))
+            .collect();
         match &*live {
-            Live::Single(batcher) => {
-                let args = batch.iter().map(|i| (i.hits, ttl(i, now))).collect();
-                batcher.increment(keys, args).await
-            }
+            Live::Single(batcher) => batcher.increment(ops).await,
             Live::Cluster(conn) => {
+                // One script per slot (a sliding window's two keys share one).
                 let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
-                for (i, key) in keys.iter().enumerate() {
-                    let slot = Slot::for_key(key);
+                for (i, op) in ops.iter().enumerate() {
+                    let slot = Slot::for_key(op.keys.first().map_or("", String::as_str));
                     match groups.iter_mut().find(|(s, _)| *s == slot) {
                         Some((_, idx)) => idx.push(i),
                         None => groups.push((slot, vec![i])),
@@ -298,19 +257,19 @@ impl RedisStore {
                 }
                 let results = try_join_all(groups.iter().map(|(_, idx)| {
                     let mut conn = conn.clone();
-                    let keys = &keys;
-                    async move { self.run(&mut conn, batch, keys, idx, now).await }
+                    let ops = &ops;
+                    async move { self.run(&mut conn, ops, idx).await }
                 }))
                 .await?;
-                let mut counts = vec![0; batch.len()];
+                let mut tallies = vec![Tally::Count(u64::MAX); batch.len()];
                 for ((_, idx), group) in groups.iter().zip(results) {
-                    for (i, count) in idx.iter().zip(group) {
-                        if let Some(c) = counts.get_mut(*i) {
-                            *c = count;
+                    for (i, tally) in idx.iter().zip(group) {
+                        if let Some(t) = tallies.get_mut(*i) {
+                            *t = tally;
                         }
                     }
                 }
-                Ok(counts)
+                Ok(tallies)
             }
         }
     }
@@ -318,32 +277,43 @@ impl RedisStore {
     async fn run(
         &self,
         conn: &mut impl redis::aio::ConnectionLike,
-        batch: &[&Increment],
-        keys: &[String],
+        ops: &[Op],
         idx: &[usize],
-        now: Now,
-    ) -> Result<Vec<u64>, StoreError> {
+    ) -> Result<Vec<Tally>, StoreError> {
         let mut inv = self.script.prepare_invoke();
-        for (key, inc) in idx
-            .iter()
-            .filter_map(|&i| Some((keys.get(i)?, batch.get(i)?)))
-        {
-            inv.key(key).arg(inc.hits).arg(ttl(inc, now));
+        let mine: Vec<&Op> = idx.iter().filter_map(|&i| ops.get(i)).collect();
+        for op in &mine {
+            op.add_to(&mut inv);
         }
         let raw: Vec<i64> = inv.invoke_async(conn).await.map_err(|e| classify(&e))?;
-        super::same_length(raw.len(), idx.len())?;
-        decode_counts(&raw)
+        decode(mine.iter().map(|o| o.kind()), &raw)
     }
 
-    /// The Redis key of one counter in one window.
+    /// The Redis keys of one increment: its window's, and for a sliding
+    /// window also the previous window's.
+    fn keys(&self, inc: &Increment) -> Vec<String> {
+        let key = |start| {
+            render_key(
+                &self.config.prefix,
+                self.config.key_format,
+                &inc.key,
+                inc.algorithm,
+                start,
+                inc.window.period,
+            )
+        };
+        match inc.algorithm {
+            Algorithm::FixedWindow => vec![key(inc.window.start.0)],
+            Algorithm::SlidingWindow => {
+                vec![key(inc.window.start.0), key(inc.window.previous().start.0)]
+            }
+            Algorithm::TokenBucket { .. } => vec![key(0)],
+        }
+    }
+
+    /// The Redis key of one counter in its current window.
     pub fn redis_key(&self, inc: &Increment) -> String {
-        render_key(
-            &self.config.prefix,
-            self.config.key_format,
-            &inc.key,
-            inc.window.start.0,
-            inc.window.unit.name(),
-        )
+        self.keys(inc).swap_remove(0)
     }
 }
 
@@ -351,7 +321,7 @@ impl super::Primary for RedisStore {
     fn increment<'a>(
         &'a self,
         batch: &'a [&'a Increment],
-    ) -> super::BoxFuture<'a, Result<Vec<u64>, StoreError>> {
+    ) -> super::BoxFuture<'a, Result<Vec<Tally>, StoreError>> {
         Box::pin(RedisStore::increment(self, batch))
     }
 
@@ -368,30 +338,41 @@ impl super::Primary for RedisStore {
     }
 }
 
-/// Seconds a counter key lives from `now`.
-fn ttl(inc: &Increment, now: Now) -> u64 {
-    inc.window.seconds_until_reset(now) + EXPIRY_SLACK_SECONDS
-}
-
-/// Renders a counter key in `format`.
+/// Renders a counter key in `format`. Shapes other than the fixed window
+/// always use sluice's layout, with the hash as a hash tag so a sliding
+/// window's two keys share a cluster slot (the reference has no such keys to
+/// share).
 pub fn render_key(
     prefix: &str,
     format: KeyFormat,
     key: &CounterKey,
+    algorithm: Algorithm,
     window_start: u64,
-    unit: &str,
+    unit: impl fmt::Display,
 ) -> String {
     let (domain, entries) = key.parts();
+    if algorithm != Algorithm::FixedWindow {
+        let digest = Sha256::digest(key.as_bytes());
+        let mut s = String::with_capacity(prefix.len() + domain.len() + 80);
+        s.push_str(prefix);
+        s.push_str(domain);
+        let _ = write!(s, ":{unit}:{}:{{", algorithm.name());
+        push_hex(&mut s, digest.get(..16).unwrap_or_default());
+        match algorithm {
+            Algorithm::TokenBucket { .. } => s.push('}'),
+            _ => {
+                let _ = write!(s, "}}:{window_start}");
+            }
+        }
+        return s;
+    }
     match format {
         KeyFormat::Sluice => {
             let digest = Sha256::digest(key.as_bytes());
-            let mut s = String::with_capacity(prefix.len() + domain.len() + unit.len() + 56);
+            let mut s = String::with_capacity(prefix.len() + domain.len() + 64);
             s.push_str(prefix);
             s.push_str(domain);
-            s.push(':');
-            s.push_str(unit);
-            s.push(':');
-            let _ = write!(s, "{window_start}:");
+            let _ = write!(s, ":{unit}:{window_start}:");
             push_hex(&mut s, digest.get(..16).unwrap_or_default());
             s
         }
@@ -472,11 +453,25 @@ mod tests {
         let k = CounterKey::new("domain", Unit::Second, [("key", "value")]);
         let w = Window::containing(Unit::Second, Now(1234));
         assert_eq!(
-            render_key("", KeyFormat::Envoyproxy, &k, w.start.0, "SECOND"),
+            render_key(
+                "",
+                KeyFormat::Envoyproxy,
+                &k,
+                Algorithm::FixedWindow,
+                w.start.0,
+                "SECOND"
+            ),
             "domain_key_value_1234"
         );
         assert_eq!(
-            render_key("prefix:", KeyFormat::Envoyproxy, &k, 1234, "SECOND"),
+            render_key(
+                "prefix:",
+                KeyFormat::Envoyproxy,
+                &k,
+                Algorithm::FixedWindow,
+                1234,
+                "SECOND"
+            ),
             "prefix:domain_key_value_1234"
         );
         let two = CounterKey::new(
@@ -485,24 +480,62 @@ mod tests {
             [("key2", "value2"), ("subkey2", "subvalue2")],
         );
         assert_eq!(
-            render_key("", KeyFormat::Envoyproxy, &two, 1200, "MINUTE"),
+            render_key(
+                "",
+                KeyFormat::Envoyproxy,
+                &two,
+                Algorithm::FixedWindow,
+                1200,
+                "MINUTE"
+            ),
             "domain_key2_value2_subkey2_subvalue2_1200"
         );
-        let s = render_key("p:", KeyFormat::Sluice, &k, 1234, "SECOND");
+        let s = render_key(
+            "p:",
+            KeyFormat::Sluice,
+            &k,
+            Algorithm::FixedWindow,
+            1234,
+            "SECOND",
+        );
         assert!(s.starts_with("p:domain:SECOND:1234:"), "{s}");
         assert_eq!(s.len(), "p:domain:SECOND:1234:".len() + 32);
         let email = CounterKey::new("d", Unit::Hour, [("email", "a@example.com")]);
-        assert!(!render_key("", KeyFormat::Sluice, &email, 0, "HOUR").contains("example"));
+        assert!(
+            !render_key(
+                "",
+                KeyFormat::Sluice,
+                &email,
+                Algorithm::FixedWindow,
+                0,
+                "HOUR"
+            )
+            .contains("example")
+        );
         // Values that collide in the reference's format do not in sluice's.
         let a = CounterKey::new("d", Unit::Hour, [("a", "b_c")]);
         let b = CounterKey::new("d", Unit::Hour, [("a_b", "c")]);
         assert_eq!(
-            render_key("", KeyFormat::Envoyproxy, &a, 0, "HOUR"),
-            render_key("", KeyFormat::Envoyproxy, &b, 0, "HOUR")
+            render_key(
+                "",
+                KeyFormat::Envoyproxy,
+                &a,
+                Algorithm::FixedWindow,
+                0,
+                "HOUR"
+            ),
+            render_key(
+                "",
+                KeyFormat::Envoyproxy,
+                &b,
+                Algorithm::FixedWindow,
+                0,
+                "HOUR"
+            )
         );
         assert_ne!(
-            render_key("", KeyFormat::Sluice, &a, 0, "HOUR"),
-            render_key("", KeyFormat::Sluice, &b, 0, "HOUR")
+            render_key("", KeyFormat::Sluice, &a, Algorithm::FixedWindow, 0, "HOUR"),
+            render_key("", KeyFormat::Sluice, &b, Algorithm::FixedWindow, 0, "HOUR")
         );
     }
 }

@@ -18,7 +18,7 @@ use super::{
     BoxFuture, CounterStats, Increment, MemoryStore, OverLimitCache, Store, StoreError,
     StoreHealth, expect_counts,
 };
-use crate::limiter::Now;
+use crate::limiter::{Algorithm, Now, Refill, Tally};
 use crate::metrics::{Metrics, StoreCall};
 
 /// The shared store behind the safety net (Redis, or a fake in tests).
@@ -27,7 +27,7 @@ pub trait Primary: Send + Sync + 'static {
     fn increment<'a>(
         &'a self,
         batch: &'a [&'a Increment],
-    ) -> BoxFuture<'a, Result<Vec<u64>, StoreError>>;
+    ) -> BoxFuture<'a, Result<Vec<Tally>, StoreError>>;
 
     /// Connects afresh and proves that a request would be counted (the
     /// increment script on a probe key), returning how long that call took.
@@ -128,8 +128,8 @@ impl Resilient {
         }
     }
 
-    async fn count(&self, batch: &[Increment]) -> Vec<u64> {
-        let cached: Vec<Option<u64>> = batch.iter().map(|inc| self.cache.over(inc)).collect();
+    async fn count(&self, batch: &[Increment]) -> Vec<Tally> {
+        let cached: Vec<Option<Tally>> = batch.iter().map(|inc| self.cache.over(inc)).collect();
         let ask: Vec<&Increment> = batch
             .iter()
             .zip(&cached)
@@ -146,7 +146,7 @@ impl Resilient {
             match self.ask_primary(&ask).await {
                 Ok(got) => {
                     for (inc, c) in ask.iter().zip(&got) {
-                        self.cache.record(inc, *c);
+                        self.cache.record(inc, c);
                     }
                     got
                 }
@@ -158,11 +158,11 @@ impl Resilient {
         let mut got = got.into_iter();
         cached
             .into_iter()
-            .map(|c| c.or_else(|| got.next()).unwrap_or(u64::MAX))
+            .map(|c| c.or_else(|| got.next()).unwrap_or(Tally::Count(u64::MAX)))
             .collect()
     }
 
-    async fn ask_primary(&self, ask: &[&Increment]) -> Result<Vec<u64>, ()> {
+    async fn ask_primary(&self, ask: &[&Increment]) -> Result<Vec<Tally>, ()> {
         if self.open.load(Relaxed) {
             return Err(());
         }
@@ -206,16 +206,23 @@ impl Resilient {
         }
     }
 
-    fn by_policy(&self, ask: &[&Increment]) -> Vec<u64> {
+    fn by_policy(&self, ask: &[&Increment]) -> Vec<Tally> {
         self.metrics
             .policy_decisions(self.policy.name(), ask.len() as u64);
         match self.policy {
             FailurePolicy::Fallback => self.fallback.increment_now(ask.iter().copied()),
-            FailurePolicy::Allow => vec![0; ask.len()],
-            // Over by exactly the hits, so over-limit metrics stay truthful.
+            FailurePolicy::Allow => ask.iter().map(|i| Tally::admitted(i.algorithm)).collect(),
             FailurePolicy::Deny => ask
                 .iter()
-                .map(|i| u64::from(i.limit).saturating_add(i.hits.max(1)))
+                .map(|i| {
+                    let refill = match i.algorithm {
+                        Algorithm::TokenBucket { burst } => {
+                            Some(Refill::new(i.limit, i.window.period.seconds(), burst))
+                        }
+                        _ => None,
+                    };
+                    Tally::refused(i.algorithm, i.limit, i.hits, refill)
+                })
                 .collect(),
         }
     }
@@ -316,7 +323,7 @@ impl Store for Resilient {
     fn increment<'a>(
         &'a self,
         batch: &'a [Increment],
-    ) -> BoxFuture<'a, Result<Vec<u64>, StoreError>> {
+    ) -> BoxFuture<'a, Result<Vec<Tally>, StoreError>> {
         Box::pin(async move { Ok(self.count(batch).await) })
     }
 

@@ -1,0 +1,282 @@
+//! Limit shapes beyond the fixed window: what a store reports for each, and
+//! how that becomes a decision. Pure: the store has already counted (or, for
+//! a token bucket, already taken or refused), so this only reads numbers.
+//!
+//! - **Fixed window**: the count in the epoch-aligned window.
+//! - **Sliding window**: the two-window estimate, the previous window's count
+//!   weighted by the share of it still inside the sliding window, plus this
+//!   window's count. It assumes the previous window's hits were spread evenly;
+//!   hits bunched at the end of the previous window are under-weighted, so
+//!   over one sliding window it can admit up to about twice the limit in the
+//!   worst case (all of the previous window's budget in its last moment, then
+//!   the estimate's weight on it falling as fast as time passes), against the
+//!   fixed window's 2x at every boundary. For traffic that is anything but
+//!   adversarially timed it stays within a few percent.
+//! - **Token bucket** (GCRA): `requests_per_unit` tokens per window refill
+//!   continuously into a bucket of `burst`; a request takes `hits` tokens or,
+//!   if they are not all there, nothing. The store keeps the theoretical
+//!   arrival time and reports how far the bucket is from full.
+
+/// How a rule counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Algorithm {
+    #[default]
+    FixedWindow,
+    SlidingWindow,
+    TokenBucket {
+        /// Capacity in tokens (`burst`, default `requests_per_unit`).
+        burst: u32,
+    },
+}
+
+impl Algorithm {
+    /// The name used in rule files, `/rlconfig` and `sluice check`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::FixedWindow => "fixed_window",
+            Algorithm::SlidingWindow => "sliding_window",
+            Algorithm::TokenBucket { .. } => "token_bucket",
+        }
+    }
+
+    /// A small tag that keeps the counters of different shapes apart.
+    pub fn tag(self) -> u8 {
+        match self {
+            Algorithm::FixedWindow => 0,
+            Algorithm::SlidingWindow => 1,
+            Algorithm::TokenBucket { .. } => 2,
+        }
+    }
+}
+
+/// What a store reports for one counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tally {
+    /// Fixed window: the count after adding.
+    Count(u64),
+    /// Sliding window: this window's count after adding, and the previous
+    /// window's count.
+    Sliding { current: u64, previous: u64 },
+    /// Token bucket: whether the hits were taken, and how far the bucket is
+    /// from full afterwards, in microseconds of refill.
+    Bucket { taken: bool, debt_us: u64 },
+}
+
+impl Tally {
+    /// What a store that admits everything reports (`--store-failure allow`).
+    pub fn admitted(algorithm: Algorithm) -> Tally {
+        match algorithm {
+            Algorithm::FixedWindow => Tally::Count(0),
+            Algorithm::SlidingWindow => Tally::Sliding {
+                current: 0,
+                previous: 0,
+            },
+            Algorithm::TokenBucket { .. } => Tally::Bucket {
+                taken: true,
+                debt_us: 0,
+            },
+        }
+    }
+
+    /// What a store that refuses everything reports (`deny`): over by exactly
+    /// the hits, so over-limit metrics stay truthful; an empty bucket.
+    pub fn refused(algorithm: Algorithm, limit: u32, hits: u64, refill: Option<Refill>) -> Tally {
+        let over = u64::from(limit).saturating_add(hits.max(1));
+        match algorithm {
+            Algorithm::FixedWindow => Tally::Count(over),
+            Algorithm::SlidingWindow => Tally::Sliding {
+                current: over,
+                previous: 0,
+            },
+            Algorithm::TokenBucket { .. } => Tally::Bucket {
+                taken: false,
+                debt_us: refill.map_or(0, |r| r.tolerance_us),
+            },
+        }
+    }
+}
+
+/// A token bucket's refill: microseconds per token, and the bucket's size in
+/// microseconds (`burst` tokens).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Refill {
+    pub interval_us: u64,
+    pub tolerance_us: u64,
+}
+
+impl Refill {
+    /// `rate` tokens per `window_seconds`, in a bucket of `burst`.
+    pub fn new(rate: u32, window_seconds: u64, burst: u32) -> Refill {
+        let interval_us =
+            (window_seconds.saturating_mul(1_000_000) / u64::from(rate.max(1))).max(1);
+        Refill {
+            interval_us,
+            tolerance_us: interval_us.saturating_mul(u64::from(burst)),
+        }
+    }
+
+    /// Whole tokens in the bucket when it is `debt_us` from full.
+    pub fn tokens(&self, debt_us: u64) -> u64 {
+        self.tolerance_us.saturating_sub(debt_us) / self.interval_us
+    }
+
+    /// Whole seconds (at least 1) until `hits` tokens are in a bucket that is
+    /// `debt_us` from full.
+    pub fn wait_seconds(&self, debt_us: u64, hits: u64) -> u64 {
+        let need = debt_us
+            .saturating_add(hits.saturating_mul(self.interval_us))
+            .saturating_sub(self.tolerance_us);
+        need.div_ceil(1_000_000).max(1)
+    }
+
+    /// One GCRA step: with the theoretical arrival time `tat_us` (0 for a new
+    /// bucket) at `now_us`, take `hits` tokens if they are all there. Returns
+    /// the new arrival time to store and what to report. The memory store
+    /// runs it under its shard lock; the Redis script runs the same arithmetic.
+    pub fn take(&self, tat_us: u64, now_us: u64, hits: u64) -> (u64, Tally) {
+        let base = tat_us.max(now_us);
+        let after = base.saturating_add(hits.saturating_mul(self.interval_us));
+        if after - now_us > self.tolerance_us {
+            (
+                tat_us,
+                Tally::Bucket {
+                    taken: false,
+                    debt_us: base - now_us,
+                },
+            )
+        } else {
+            (
+                after,
+                Tally::Bucket {
+                    taken: true,
+                    debt_us: after - now_us,
+                },
+            )
+        }
+    }
+}
+
+/// The sliding-window estimate: `previous` weighted by the share of it still
+/// inside the window that ends now (`elapsed_ms` into the current window of
+/// `window_ms`), plus `current`. Rounded down.
+pub fn sliding_estimate(current: u64, previous: u64, elapsed_ms: u64, window_ms: u64) -> u64 {
+    let window_ms = window_ms.max(1);
+    let left = window_ms.saturating_sub(elapsed_ms.min(window_ms));
+    let weighted = u128::from(previous) * u128::from(left) / u128::from(window_ms);
+    current.saturating_add(u64::try_from(weighted).unwrap_or(u64::MAX))
+}
+
+/// Whole seconds (at least 1) until a sliding window admits `hits` more:
+/// while this window's own count leaves room, until enough of the previous
+/// window has slid out; otherwise after this window ends, until enough of it
+/// (then the previous one) has slid out.
+pub fn sliding_wait_seconds(
+    current: u64,
+    previous: u64,
+    elapsed_ms: u64,
+    window_ms: u64,
+    limit: u64,
+    hits: u64,
+) -> u64 {
+    let window_ms = window_ms.max(1);
+    let elapsed_ms = elapsed_ms.min(window_ms);
+    let wait_ms = if current.saturating_add(hits) <= limit && previous > 0 {
+        // previous * (window - elapsed - t) / window <= limit - current - hits
+        let room = u128::from(limit - current - hits) * u128::from(window_ms);
+        let weight_now = u128::from(previous) * u128::from(window_ms - elapsed_ms);
+        let t = weight_now
+            .saturating_sub(room)
+            .div_ceil(u128::from(previous));
+        u64::try_from(t).unwrap_or(u64::MAX)
+    } else {
+        // Next window: `current` becomes the previous one, with nothing new.
+        let rest = window_ms - elapsed_ms;
+        let room = u128::from(limit.saturating_sub(hits)) * u128::from(window_ms);
+        let weight = u128::from(current) * u128::from(window_ms);
+        let t = if current == 0 {
+            0
+        } else {
+            weight.saturating_sub(room).div_ceil(u128::from(current))
+        };
+        rest.saturating_add(u64::try_from(t).unwrap_or(u64::MAX))
+    };
+    wait_ms.div_ceil(1000).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gcra_takes_a_burst_then_refills_continuously() {
+        // 10 per second in a bucket of 5.
+        let r = Refill::new(10, 1, 5);
+        assert_eq!(r.interval_us, 100_000);
+        let mut tat = 0;
+        let now = 1_000_000_000;
+        for i in 0..5 {
+            let (t, tally) = r.take(tat, now, 1);
+            assert!(matches!(tally, Tally::Bucket { taken: true, .. }), "{i}");
+            tat = t;
+        }
+        let (t, tally) = r.take(tat, now, 1);
+        assert_eq!(t, tat, "a refused request takes nothing");
+        let Tally::Bucket {
+            taken: false,
+            debt_us,
+        } = tally
+        else {
+            panic!("{tally:?}")
+        };
+        assert_eq!(r.tokens(debt_us), 0);
+        assert_eq!(r.wait_seconds(debt_us, 1), 1);
+        // 100 ms later one token is back.
+        let (_, tally) = r.take(tat, now + 100_000, 1);
+        assert!(matches!(tally, Tally::Bucket { taken: true, .. }));
+        // A full bucket after 500 ms, and never more than burst.
+        let (_, tally) = r.take(tat, now + 10_000_000, 0);
+        let Tally::Bucket { debt_us, .. } = tally else {
+            panic!()
+        };
+        assert_eq!(r.tokens(debt_us), 5);
+    }
+
+    #[test]
+    fn gcra_refuses_more_hits_than_the_bucket_holds() {
+        let r = Refill::new(60, 60, 10);
+        let (tat, tally) = r.take(0, 5_000_000, 11);
+        assert_eq!(tat, 0);
+        assert!(matches!(tally, Tally::Bucket { taken: false, .. }));
+        let (_, tally) = r.take(0, 5_000_000, 10);
+        assert!(matches!(tally, Tally::Bucket { taken: true, .. }));
+        // Waiting for 3 tokens from empty: 3 s at one per second.
+        let Tally::Bucket { debt_us, .. } = tally else {
+            panic!()
+        };
+        assert_eq!(r.wait_seconds(debt_us, 3), 3);
+    }
+
+    #[test]
+    fn sliding_estimate_weights_the_previous_window() {
+        assert_eq!(sliding_estimate(0, 100, 0, 60_000), 100);
+        assert_eq!(sliding_estimate(10, 100, 30_000, 60_000), 60);
+        assert_eq!(sliding_estimate(10, 100, 60_000, 60_000), 10);
+        assert_eq!(sliding_estimate(u64::MAX, u64::MAX, 1, 60_000), u64::MAX);
+    }
+
+    #[test]
+    fn sliding_wait_admits_a_client_that_waits() {
+        // Limit 10; previous window had 10, this one 0, 30 s in: estimate 5,
+        // so 5 more fit now; the 6th waits until enough has slid out.
+        let (cur, prev, elapsed, len, limit) = (5, 10, 30_000, 60_000, 10);
+        let wait = sliding_wait_seconds(cur, prev, elapsed, len, limit, 1);
+        let later = elapsed + wait * 1000;
+        assert!(sliding_estimate(cur, prev, later, len) < limit, "{wait}");
+        assert!(wait <= 6, "not much longer than needed: {wait}");
+        // This window alone is full: wait into the next one.
+        let wait = sliding_wait_seconds(10, 0, 30_000, 60_000, 10, 1);
+        assert!(wait > 30, "{wait}");
+        let next_elapsed = (30_000 + wait * 1000) - 60_000;
+        assert!(sliding_estimate(0, 10, next_elapsed, 60_000) < 10);
+    }
+}

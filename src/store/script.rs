@@ -1,0 +1,220 @@
+//! The one Lua script every Redis call runs, and how increments become its
+//! arguments and its answer becomes tallies.
+//!
+//! Each increment is five arguments (`kind`, `hits`, `ttl`, and two that
+//! depend on the kind) and one key, or two for a sliding window (this
+//! window's and the previous one's, in one hash slot). Each answers two
+//! integers:
+//! - fixed window: the count after `INCRBY`, and 0;
+//! - sliding window: this window's count after `INCRBY`, and the previous
+//!   window's count;
+//! - token bucket: 1 if the hits were taken (else 0), and how far the bucket
+//!   is from full in microseconds. The time is Redis's own (`TIME`), so the
+//!   clocks of the sluice instances sharing a bucket do not matter.
+//!
+//! Writes run under `pcall`: a counter that would overflow answers `-1`, a key
+//! holding something else `-2`, and those are the request's own errors. Any
+//! other error (out of memory, read-only replica, no permission) fails the
+//! call and is the store's.
+
+use super::{Increment, StoreError};
+use crate::limiter::{Algorithm, Now, Refill, Tally};
+
+pub(super) const SCRIPT: &str = r"
+local out = {}
+local k = 1
+local now = nil
+local function refused(e)
+  e = e or ''
+  if string.find(e, 'overflow', 1, true) then return -1 end
+  if string.find(e, 'WRONGTYPE', 1, true) or string.find(e, 'not an integer', 1, true) then return -2 end
+  return nil
+end
+for i = 0, #ARGV / 5 - 1 do
+  local kind, hits, ttl = tonumber(ARGV[5*i+1]), ARGV[5*i+2], ARGV[5*i+3]
+  local key = KEYS[k]
+  k = k + 1
+  local a, b = 0, 0
+  if kind == 2 then
+    if now == nil then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
+    local interval, tolerance = tonumber(ARGV[5*i+4]), tonumber(ARGV[5*i+5])
+    local got = redis.pcall('GET', key)
+    local tat = 0
+    if type(got) == 'table' then
+      local r = refused(got.err)
+      if r == nil then return got end
+      a = r
+    elseif got then
+      tat = tonumber(got)
+      if tat == nil then a = -2 end
+    end
+    if a == 0 then
+      local base = math.max(tat, now)
+      local after = base + tonumber(hits) * interval
+      if after - now > tolerance then
+        a, b = 0, base - now
+      else
+        redis.call('SET', key, string.format('%.0f', after), 'PX', math.ceil((after - now) / 1000) + ttl * 1000)
+        a, b = 1, after - now
+      end
+    end
+  else
+    local n = redis.pcall('INCRBY', key, hits)
+    if type(n) == 'table' then
+      local r = refused(n.err)
+      if r == nil then return n end
+      a = r
+    else
+      a = n
+      redis.call('EXPIRE', key, ttl)
+    end
+    if kind == 1 then
+      local prev = KEYS[k]
+      k = k + 1
+      local p = redis.pcall('GET', prev)
+      if type(p) == 'table' then
+        local r = refused(p.err)
+        if r == nil then return p end
+        a = r
+      elseif p then
+        b = tonumber(p) or 0
+      end
+    end
+  end
+  out[2*i+1] = a
+  out[2*i+2] = b
+end
+return out
+";
+
+/// The script's first answer for a counter past `i64::MAX`: over any limit.
+const OVERFLOW: i64 = -1;
+/// The script's first answer for a key that holds something else.
+const NOT_A_COUNTER: i64 = -2;
+
+/// One increment as the script takes it.
+pub(super) struct Op {
+    /// One key, or two for a sliding window (this window's, then the
+    /// previous one's).
+    pub keys: Vec<String>,
+    pub args: [u64; 5],
+}
+
+/// Seconds a key may outlive its window. Expiries are relative to sluice's own
+/// clock, so a skew between sluice and Redis cannot end a window early.
+pub const EXPIRY_SLACK_SECONDS: u64 = 5;
+
+impl Op {
+    /// The script's arguments for `inc` with its `keys`, at `now`.
+    pub(super) fn new(inc: &Increment, keys: Vec<String>, now: Now) -> Op {
+        let slack = EXPIRY_SLACK_SECONDS;
+        let until_end = inc.window.seconds_until_reset(now);
+        let (p1, p2, ttl) = match inc.algorithm {
+            Algorithm::FixedWindow => (0, 0, until_end + slack),
+            // This window's count is read through the whole next window.
+            Algorithm::SlidingWindow => (0, 0, until_end + inc.window.period.seconds() + slack),
+            Algorithm::TokenBucket { burst } => {
+                let r = Refill::new(inc.limit, inc.window.period.seconds(), burst);
+                (r.interval_us, r.tolerance_us, slack)
+            }
+        };
+        Op {
+            keys,
+            args: [u64::from(inc.algorithm.tag()), inc.hits, ttl, p1, p2],
+        }
+    }
+
+    pub(super) fn kind(&self) -> u8 {
+        u8::try_from(self.args[0]).unwrap_or(0)
+    }
+
+    /// Adds this increment's keys and arguments to an invocation.
+    pub(super) fn add_to(&self, inv: &mut redis::ScriptInvocation<'_>) {
+        for key in &self.keys {
+            inv.key(key);
+        }
+        for a in self.args {
+            inv.arg(a);
+        }
+    }
+}
+
+/// Tallies from the script's raw answers (two per increment) for increments
+/// of `kinds`; a reply of the wrong length is the store's fault.
+pub(super) fn decode(
+    kinds: impl ExactSizeIterator<Item = u8>,
+    raw: &[i64],
+) -> Result<Vec<Tally>, StoreError> {
+    super::same_length(raw.len(), kinds.len() * 2)?;
+    kinds
+        .zip(raw.chunks_exact(2))
+        .map(|(kind, pair)| {
+            let (a, b) = match pair {
+                [a, b] => (*a, *b),
+                _ => (0, 0),
+            };
+            let count = |n: i64| match n {
+                OVERFLOW => Ok(u64::MAX),
+                NOT_A_COUNTER => Err(StoreError::Rejected(
+                    "a counter key holds a value that is not a count".into(),
+                )),
+                n => u64::try_from(n)
+                    .map_err(|_| StoreError::BadReply(format!("negative count {n}"))),
+            };
+            Ok(match kind {
+                1 => Tally::Sliding {
+                    current: count(a)?,
+                    previous: count(b)?,
+                },
+                2 => Tally::Bucket {
+                    taken: count(a)? == 1,
+                    debt_us: count(b)?,
+                },
+                _ => Tally::Count(count(a)?),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_decode_by_kind_and_refused_counters_are_errors() {
+        let t = decode([0, 1, 2].into_iter(), &[3, 0, 4, 9, 1, 250]).unwrap();
+        assert_eq!(
+            t,
+            [
+                Tally::Count(3),
+                Tally::Sliding {
+                    current: 4,
+                    previous: 9
+                },
+                Tally::Bucket {
+                    taken: true,
+                    debt_us: 250
+                }
+            ]
+        );
+        assert_eq!(
+            decode([0].into_iter(), &[-1, 0]).unwrap(),
+            [Tally::Count(u64::MAX)]
+        );
+        assert!(matches!(
+            decode([0].into_iter(), &[-2, 0]),
+            Err(StoreError::Rejected(_))
+        ));
+        assert!(matches!(
+            decode([0, 0].into_iter(), &[1, 0]),
+            Err(StoreError::BadReply(_))
+        ));
+        assert!(matches!(
+            decode([0].into_iter(), &[-7, 0]),
+            Err(StoreError::BadReply(_))
+        ));
+    }
+}
