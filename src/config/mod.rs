@@ -177,4 +177,6 @@ pub fn load_texts(
 }
 
 #[cfg(test)]
+mod shape_tests;
+#[cfg(test)]
 mod tests;

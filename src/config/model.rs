@@ -324,6 +324,7 @@ impl Parser<'_> {
         let (mut unit, mut rpu, mut unlimited, mut name, mut replaces) =
             (None, 0u32, false, None, Vec::new());
         let (mut window, mut algorithm, mut burst) = (None, None, None);
+        let mut window_given = false;
         for (k, v) in entries {
             let key = key_of(k);
             let field = join(path, key);
@@ -333,7 +334,10 @@ impl Parser<'_> {
                 "unlimited" => unlimited = self.boolean(v, &field),
                 "name" => name = self.string(v, &field).filter(|s| !s.is_empty()),
                 "replaces" => replaces = self.replaces(v, &field),
-                "window" => window = self.window(v, &field).map(|w| (w, v)),
+                "window" => {
+                    window_given = true;
+                    window = self.window(v, &field).map(|w| (w, v));
+                }
                 "algorithm" => algorithm = self.string(v, &field).map(|a| (a, v)),
                 "burst" => burst = Some((self.uint32(v, &field), v)),
                 other => self.misplaced(k, other, "rate_limit"),
@@ -353,8 +357,7 @@ impl Parser<'_> {
             LimitDef::Unlimited
         } else {
             let period = match (&unit, window) {
-                (Some((_, u)), Some((_, w))) => {
-                    let _ = u;
+                (Some(_), Some((_, w))) => {
                     self.error(
                         &w.referenced,
                         &join(path, "window"),
@@ -363,6 +366,8 @@ impl Parser<'_> {
                     return None;
                 }
                 (None, Some((w, _))) => w,
+                // A window was given and refused: that one error says it.
+                (_, None) if window_given => return None,
                 (_, None) => {
                     let text = unit.as_ref().map(|(u, _)| u.as_str()).unwrap_or_default();
                     match Unit::parse(text) {

@@ -371,6 +371,75 @@ mod tests {
         assert_eq!(counts(s.increment_now(&[inc("a", 120)])), [1]);
     }
 
+    fn shaped(v: &str, algorithm: Algorithm, now: u64) -> Increment {
+        let period = crate::limiter::Period::Seconds(10);
+        Increment {
+            key: CounterKey::new(
+                "d",
+                crate::store::KeySpace { period, algorithm },
+                [("k", v)],
+            ),
+            hits: 1,
+            limit: 5,
+            window: Window::containing(period, Now(now)),
+            algorithm,
+        }
+    }
+
+    #[test]
+    fn a_sliding_window_carries_the_previous_window_once() {
+        let s = MemoryStore::default();
+        let at = |now| shaped("a", Algorithm::SlidingWindow, now);
+        for _ in 0..3 {
+            s.increment_at(&[at(100)], 0);
+        }
+        assert_eq!(
+            s.increment_at(&[at(111)], 0),
+            [Tally::Sliding {
+                current: 1,
+                previous: 3
+            }]
+        );
+        // Two windows on, nothing carries.
+        assert_eq!(
+            s.increment_at(&[at(135)], 0),
+            [Tally::Sliding {
+                current: 1,
+                previous: 0
+            }]
+        );
+        // Kept through the next window, then swept.
+        assert_eq!(s.sweep(Now(145)), 1);
+        assert_eq!(s.sweep(Now(150)), 0);
+    }
+
+    #[test]
+    fn a_token_bucket_is_exact_and_refills() {
+        let s = MemoryStore::default();
+        let b = shaped("b", Algorithm::TokenBucket { burst: 5 }, 100);
+        let t0 = 100_000_000;
+        let taken = (0..20)
+            .filter(|_| {
+                matches!(
+                    s.increment_at(std::slice::from_ref(&b), t0)[0],
+                    Tally::Bucket { taken: true, .. }
+                )
+            })
+            .count();
+        assert_eq!(taken, 5, "burst 5, nothing refilled yet");
+        // 5 per 10 s: one token every 2 s.
+        assert!(matches!(
+            s.increment_at(std::slice::from_ref(&b), t0 + 1_999_999)[0],
+            Tally::Bucket { taken: false, .. }
+        ));
+        assert!(matches!(
+            s.increment_at(std::slice::from_ref(&b), t0 + 2_000_000)[0],
+            Tally::Bucket { taken: true, .. }
+        ));
+        // A full bucket is the same as none: swept once full.
+        assert_eq!(s.sweep(Now(113)), 0);
+    }
+
     #[test]
     fn sweep_frees_ended_windows() {
         let s = MemoryStore::default();

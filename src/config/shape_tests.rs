@@ -1,0 +1,134 @@
+//! Limit shapes in rule files: what loads, what is refused with file, line
+//! and field, and how `/rlconfig` shows it.
+
+use std::path::Path;
+
+use super::*;
+use crate::limiter::Unit;
+
+fn errors(yaml: &str) -> Vec<String> {
+    match parse_file(Path::new("f.yaml"), yaml) {
+        Ok(_) => Vec::new(),
+        Err(e) => e.iter().map(ToString::to_string).collect(),
+    }
+}
+
+fn limit_of(yaml: &str) -> LimitDef {
+    let f = parse_file(Path::new("f.yaml"), yaml).unwrap_or_else(|e| panic!("{e:?}"));
+    f.descriptors[0].rate_limit.as_ref().unwrap().limit
+}
+
+fn rule(body: &str) -> String {
+    format!("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{{body}}}\n")
+}
+
+#[test]
+fn shapes_and_windows_load() {
+    assert_eq!(
+        limit_of(&rule(
+            "window: 90s, requests_per_unit: 30, algorithm: sliding_window"
+        )),
+        LimitDef::Limited {
+            requests_per_unit: 30,
+            period: Period::Seconds(90),
+            algorithm: Algorithm::SlidingWindow,
+        }
+    );
+    assert_eq!(
+        limit_of(&rule(
+            "unit: minute, requests_per_unit: 30, algorithm: token_bucket, burst: 10"
+        )),
+        LimitDef::Limited {
+            requests_per_unit: 30,
+            period: Period::Unit(Unit::Minute),
+            algorithm: Algorithm::TokenBucket { burst: 10 },
+        }
+    );
+    // burst defaults to requests_per_unit.
+    assert_eq!(
+        limit_of(&rule(
+            "unit: second, requests_per_unit: 7, algorithm: token_bucket"
+        )),
+        LimitDef::Limited {
+            requests_per_unit: 7,
+            period: Period::Unit(Unit::Second),
+            algorithm: Algorithm::TokenBucket { burst: 7 },
+        }
+    );
+    for (w, secs) in [
+        ("15m", 900),
+        ("2h", 7200),
+        ("1d", 86_400),
+        ("366d", 31_622_400),
+        ("1s", 1),
+    ] {
+        assert_eq!(
+            limit_of(&rule(&format!("window: {w}, requests_per_unit: 1"))),
+            LimitDef::Limited {
+                requests_per_unit: 1,
+                period: Period::Seconds(secs),
+                algorithm: Algorithm::FixedWindow,
+            },
+            "{w}"
+        );
+    }
+}
+
+#[test]
+fn bad_shapes_are_refused_with_line_and_field() {
+    let cases = [
+        (
+            "unit: minute, window: 60s, requests_per_unit: 1",
+            "both unit and window",
+        ),
+        ("window: 0s, requests_per_unit: 1", "invalid window"),
+        ("window: 367d, requests_per_unit: 1", "invalid window"),
+        ("window: 1.5m, requests_per_unit: 1", "invalid window"),
+        ("window: 10w, requests_per_unit: 1", "invalid window"),
+        (
+            "unit: minute, requests_per_unit: 1, algorithm: leaky",
+            "unknown algorithm 'leaky'",
+        ),
+        (
+            "unit: minute, requests_per_unit: 1, burst: 5",
+            "burst is only for algorithm: token_bucket",
+        ),
+        (
+            "unit: minute, requests_per_unit: 1, algorithm: token_bucket, burst: 0",
+            "burst must be at least 1",
+        ),
+    ];
+    for (body, want) in cases {
+        let e = errors(&rule(body));
+        assert_eq!(e.len(), 1, "{body}: {e:?}");
+        assert!(e[0].contains(want), "{body}: {e:?}");
+        assert!(e[0].starts_with("f.yaml:4:"), "{e:?}");
+        assert!(e[0].contains("descriptors[0].rate_limit."), "{e:?}");
+    }
+}
+
+#[test]
+fn rlconfig_shows_every_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 3}\n  - key: b\n    rate_limit: {window: 90s, requests_per_unit: 30, algorithm: sliding_window}\n  - key: c\n    rate_limit: {unit: second, requests_per_unit: 5, algorithm: token_bucket, burst: 9}\n";
+    std::fs::write(dir.path().join("d.yaml"), yaml).unwrap();
+    let r = load_dir(
+        dir.path(),
+        LoadOptions::default(),
+        &crate::metrics::Metrics::default(),
+    )
+    .unwrap();
+    let dump = r.dump().join("\n");
+    assert!(
+        dump.contains("d.a: unit=MINUTE requests_per_unit=3, shadow_mode"),
+        "{dump}"
+    );
+    assert!(
+        dump.contains("d.b: window=90s requests_per_unit=30 algorithm=sliding_window,"),
+        "{dump}"
+    );
+    assert!(
+        dump.contains("d.c: unit=SECOND requests_per_unit=5 algorithm=token_bucket burst=9,"),
+        "{dump}"
+    );
+}

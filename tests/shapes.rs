@@ -1,0 +1,189 @@
+//! Limit shapes against the real binary on every store: a token bucket is
+//! exact under concurrency and shared across instances, sliding windows and
+//! token buckets stop the burst a fixed window lets through at a boundary,
+//! a client that waits Retry-After is admitted, and a window Envoy has no
+//! unit for is reported as a rate it can name.
+
+mod common;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::redis::{RedisCluster, RedisServer};
+use common::*;
+
+const RULES: &str = "
+domain: shapes
+descriptors:
+  - key: bucket
+    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: token_bucket, burst: 100}
+  - key: fixed2
+    rate_limit: {window: 2s, requests_per_unit: 10}
+  - key: sliding2
+    rate_limit: {window: 2s, requests_per_unit: 10, algorithm: sliding_window}
+  - key: bucket2
+    rate_limit: {window: 2s, requests_per_unit: 10, algorithm: token_bucket}
+  - key: slow
+    rate_limit: {window: 2s, requests_per_unit: 2, algorithm: token_bucket}
+  - key: ninety
+    rate_limit: {window: 90s, requests_per_unit: 30, algorithm: sliding_window}
+  - key: slide3
+    rate_limit: {unit: hour, requests_per_unit: 3, algorithm: sliding_window}
+";
+
+fn start(extra: &[&str]) -> Sluice {
+    let s = Sluice::start(&[("shapes.yaml", RULES)], extra);
+    assert!(
+        eventually(Duration::from_secs(10), || s
+            .get("/readyz")
+            .1
+            .contains("\"status\":\"ready\"")),
+        "{}",
+        s.get("/readyz").1
+    );
+    s
+}
+
+fn redis_args(url: &str) -> Vec<String> {
+    ["--redis-url", url, "--redis-timeout", "2s"]
+        .map(String::from)
+        .to_vec()
+}
+
+fn args(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// Waits until the wall clock is `from_ms..to_ms` into a `period_ms` window.
+fn at_phase(period_ms: u128, from_ms: u128, to_ms: u128) {
+    loop {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+            % period_ms;
+        if (from_ms..to_ms).contains(&now) {
+            return;
+        }
+        // A wall-clock condition: nothing to poll but the clock.
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_bucket_admits_exactly_its_burst_on_every_store() {
+    let redis = RedisServer::start();
+    let on_redis = redis_args(&redis.url());
+    let memory = start(&[]);
+    let one = start(&args(&on_redis));
+    let two = start(&args(&on_redis));
+    let c = memory.client().await;
+    assert_eq!(admitted(&[c], 1000, "shapes", ("bucket", "m")).await, 100);
+    // Two instances on one Redis share one bucket.
+    let clients = [one.client().await, two.client().await];
+    assert_eq!(
+        admitted(&clients, 1000, "shapes", ("bucket", "r")).await,
+        100
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shapes_work_on_a_redis_cluster() {
+    let cluster = RedisCluster::start();
+    let s = start(&["--redis-cluster", &cluster.seeds(), "--redis-timeout", "2s"]);
+    let c = s.client().await;
+    assert_eq!(
+        admitted(std::slice::from_ref(&c), 300, "shapes", ("bucket", "c")).await,
+        100
+    );
+    let mut c = c;
+    let codes: Vec<i32> = {
+        let mut v = Vec::new();
+        for _ in 0..4 {
+            v.push(ask(&mut c, "shapes", &[("slide3", "c")]).await.overall_code);
+        }
+        v
+    };
+    assert_eq!(codes, [OK, OK, OK, OVER]);
+}
+
+/// Ten requests late in one 2 s window and ten early in the next: a fixed
+/// window admits all twenty, a sliding window and a token bucket do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sliding_windows_and_buckets_stop_the_boundary_burst() {
+    let redis = RedisServer::start();
+    let on_redis = redis_args(&redis.url());
+    for s in [start(&[]), start(&args(&on_redis))] {
+        let mut c = s.client().await;
+        at_phase(2000, 1500, 1700);
+        for key in ["fixed2", "sliding2", "bucket2"] {
+            for _ in 0..10 {
+                assert_eq!(
+                    ask(&mut c, "shapes", &[(key, "b")]).await.overall_code,
+                    OK,
+                    "{key}"
+                );
+            }
+        }
+        at_phase(2000, 100, 300);
+        let mut second = Vec::new();
+        for key in ["fixed2", "sliding2", "bucket2"] {
+            let mut ok = 0;
+            for _ in 0..10 {
+                ok += usize::from(ask(&mut c, "shapes", &[(key, "b")]).await.overall_code == OK);
+            }
+            second.push(ok);
+        }
+        assert_eq!(
+            second[0], 10,
+            "the fixed window opens again at the boundary"
+        );
+        // The estimate still holds about 85-95% of the last window.
+        assert!(second[1] <= 3, "sliding window let {} through", second[1]);
+        // 0.4-0.8 s of refill at 5 tokens a second.
+        assert!(second[2] <= 5, "token bucket let {} through", second[2]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_waits_retry_after_is_admitted() {
+    let redis = RedisServer::start();
+    let on_redis = redis_args(&redis.url());
+    for s in [start(&[]), start(&args(&on_redis))] {
+        let mut c = s.client().await;
+        // One token a second, two at most.
+        assert_eq!(
+            ask(&mut c, "shapes", &[("slow", "w")]).await.overall_code,
+            OK
+        );
+        assert_eq!(
+            ask(&mut c, "shapes", &[("slow", "w")]).await.overall_code,
+            OK
+        );
+        let r = ask(&mut c, "shapes", &[("slow", "w")]).await;
+        assert_eq!(r.overall_code, OVER);
+        assert_eq!(r.statuses[0].limit_remaining, 0);
+        let wait = retry_after(&r).expect("Retry-After");
+        assert_eq!(wait, 1);
+        // Waiting is what is under test: Retry-After, then one more try.
+        std::thread::sleep(Duration::from_secs(wait));
+        let r = ask(&mut c, "shapes", &[("slow", "w")]).await;
+        assert_eq!(r.overall_code, OK, "{r:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_window_envoy_has_no_unit_for_is_reported_as_a_rate_it_can_name() {
+    let s = start(&[]);
+    let mut c = s.client().await;
+    let r = ask(&mut c, "shapes", &[("ninety", "x")]).await;
+    let limit = r.statuses[0].current_limit.as_ref().expect("current_limit");
+    // 30 per 90 s is reported as 20 per minute: a client pacing itself by
+    // the report never reaches the real limit.
+    assert_eq!((limit.requests_per_unit, limit.unit), (20, 2));
+    assert_eq!(r.statuses[0].limit_remaining, 29);
+    let (_, rl) = s.get("/rlconfig");
+    assert!(
+        rl.contains("shapes.ninety: window=90s requests_per_unit=30 algorithm=sliding_window"),
+        "{rl}"
+    );
+}
