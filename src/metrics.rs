@@ -165,8 +165,8 @@ struct StoreMetrics {
     trips: AtomicU64,
     counters_live: AtomicU64,
     counter_evictions: AtomicU64,
-    policy: std::sync::OnceLock<&'static str>,
-    policy_decisions: AtomicU64,
+    /// Descriptors decided by each failure policy: fallback, allow, deny.
+    policy_decisions: [AtomicU64; 3],
     circuit_open: AtomicU64,
     local_cache_hits: AtomicU64,
 }
@@ -301,10 +301,17 @@ impl Metrics {
         self.conn.accept_errors.fetch_add(1, Relaxed);
     }
 
-    /// Counts descriptors decided by the failure policy named `policy`.
-    pub fn policy_decisions(&self, policy: &'static str, n: u64) {
-        let _ = self.store.policy.set(policy);
-        self.store.policy_decisions.fetch_add(n, Relaxed);
+    /// Counts descriptors decided by a failure policy (the server's, or a
+    /// rule's `on_store_failure`).
+    pub fn policy_decisions(&self, policy: &str, n: u64) {
+        let i = match policy {
+            "allow" => 1,
+            "deny" => 2,
+            _ => 0,
+        };
+        if let Some(c) = self.store.policy_decisions.get(i) {
+            c.fetch_add(n, Relaxed);
+        }
     }
 
     /// Records whether the store's circuit breaker is open.
@@ -431,14 +438,21 @@ impl Metrics {
             "sluice_store_errors_total{{kind=\"rejected\"}} {}",
             st.rejected.load(Relaxed)
         );
-        let policy = st.policy.get().copied().unwrap_or("none");
         let _ = writeln!(
             out,
-            "# HELP sluice_store_policy_decisions_total Descriptors decided by --store-failure while the store failed.\n\
-             # TYPE sluice_store_policy_decisions_total counter\n\
-             sluice_store_policy_decisions_total{{policy=\"{policy}\"}} {}",
-            st.policy_decisions.load(Relaxed)
+            "# HELP sluice_store_policy_decisions_total Descriptors decided by a failure policy (--store-failure or a rule's on_store_failure) while the store failed.\n\
+             # TYPE sluice_store_policy_decisions_total counter"
         );
+        for (name, c) in ["fallback", "allow", "deny"]
+            .iter()
+            .zip(&st.policy_decisions)
+        {
+            let _ = writeln!(
+                out,
+                "sluice_store_policy_decisions_total{{policy=\"{name}\"}} {}",
+                c.load(Relaxed)
+            );
+        }
         for (name, kind, help, v) in [
             (
                 "sluice_store_circuit_open",

@@ -6,22 +6,23 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
-    Code, DescriptorStatus, RateLimit,
-};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use envoy_types::pb::google::protobuf::{Duration as PbDuration, Struct};
+use envoy_types::pb::google::protobuf::Struct;
 use tonic::Status;
 
-use crate::config::{Domain, LimitDef, LiveRules, Rule};
-use crate::limiter::{self, Algorithm, Counted, Now, Period, Tally, Window};
-use crate::metrics::{Metrics, Outcome, RuleStats};
+use crate::config::LiveRules;
+use crate::limiter::{self, Now, Tally};
+use crate::metrics::{Metrics, Outcome};
 use crate::privacy::Privacy;
 use crate::request::{Limits, Request, RequestError};
-use crate::store::{CounterKey, Increment, KeySpace, Store, StoreError, expect_counts};
+use crate::store::{Increment, Store, StoreError, expect_counts};
 
 mod metadata;
+mod resolve;
+
+use resolve::{Resolved, resolve};
 
 /// Service-wide switches.
 #[derive(Debug, Clone, Default)]
@@ -63,140 +64,6 @@ pub struct RateLimiter {
     store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
     settings: Settings,
-}
-
-/// A descriptor that will be counted: a configured rule, or Envoy's override.
-struct Counting<'a> {
-    requests_per_unit: u32,
-    period: Period,
-    algorithm: Algorithm,
-    /// `None` for a per-request override, which has no rule behind it.
-    rule: Option<&'a Rule>,
-    stats: &'a Arc<RuleStats>,
-    /// The stats path when it carries runtime values (`detailed_metric`).
-    metric_path: Option<String>,
-    key: CounterKey,
-}
-
-/// How one descriptor resolved against the rules.
-enum Resolved<'a> {
-    NoLimit,
-    Unlimited,
-    Counted(Counting<'a>),
-}
-
-impl Counting<'_> {
-    fn increment(&self, hits: u64, now: Now) -> Increment {
-        Increment {
-            key: self.key.clone(),
-            hits,
-            limit: self.requests_per_unit,
-            window: Window::containing(self.period, now),
-            algorithm: self.algorithm,
-        }
-    }
-
-    fn decide(&self, hits: u64, tally: Tally, now_ms: u64) -> limiter::Status {
-        let now = Now(now_ms / 1000);
-        let window = Window::containing(self.period, now);
-        limiter::status(
-            &Counted {
-                requests_per_unit: self.requests_per_unit,
-                window,
-                algorithm: self.algorithm,
-                hits,
-                tally,
-                elapsed_ms: now_ms.saturating_sub(window.start.0.saturating_mul(1000)),
-                shadow: self.rule.is_some_and(|r| r.shadow_mode),
-                quota: self.rule.is_some_and(|r| r.quota_mode),
-            },
-            now,
-        )
-    }
-
-    fn status(&self, s: &limiter::Status) -> DescriptorStatus {
-        DescriptorStatus {
-            code: if s.over { Code::OverLimit } else { Code::Ok } as i32,
-            current_limit: Some(RateLimit {
-                name: self
-                    .rule
-                    .and_then(|r| r.name.as_deref())
-                    .unwrap_or_default()
-                    .to_owned(),
-                // Envoy can only name second to year: other windows are
-                // reported as a rate in the longest unit that fits them.
-                requests_per_unit: self.period.reported_limit(self.requests_per_unit),
-                unit: self.period.reported_unit().proto(),
-            }),
-            limit_remaining: s.remaining,
-            duration_until_reset: Some(PbDuration {
-                seconds: i64::try_from(s.reset_seconds).unwrap_or(i64::MAX),
-                nanos: 0,
-            }),
-            quota: None,
-        }
-    }
-}
-
-/// Matches every descriptor, then drops the limits that another matched
-/// limit `replaces`: those answer OK with no limit and are not counted.
-fn resolve<'a>(domain: &'a Domain, req: &Request) -> Vec<Resolved<'a>> {
-    let mut replaced: Vec<&str> = Vec::new();
-    let mut resolved: Vec<Resolved<'a>> = req
-        .descriptors
-        .iter()
-        .map(|d| {
-            let entries = || d.entries.iter().map(|(k, v)| (k.as_str(), v.as_str()));
-            if let Some(o) = d.limit {
-                return Resolved::Counted(Counting {
-                    requests_per_unit: o.requests_per_unit,
-                    period: Period::Unit(o.unit),
-                    algorithm: Algorithm::FixedWindow,
-                    rule: None,
-                    stats: &domain.override_stats,
-                    metric_path: None,
-                    key: CounterKey::new(&req.domain, o.unit, entries()),
-                });
-            }
-            let Some(m) = domain.find(&d.entries) else {
-                return Resolved::NoLimit;
-            };
-            let rule: &'a Rule = m.rule;
-            replaced.extend(rule.replaces.iter().map(|r| &**r));
-            let LimitDef::Limited {
-                period,
-                requests_per_unit,
-                algorithm,
-            } = rule.limit
-            else {
-                return Resolved::Unlimited;
-            };
-            // share_threshold: the configured pattern stands for the value.
-            let values = entries().enumerate().map(|(i, (k, v))| {
-                let shared = m.shared.iter().find(|(j, _)| *j == i).map(|(_, p)| *p);
-                (k, shared.unwrap_or(v))
-            });
-            Resolved::Counted(Counting {
-                requests_per_unit,
-                period,
-                algorithm,
-                rule: Some(rule),
-                stats: &rule.stats,
-                key: CounterKey::new(&req.domain, KeySpace { period, algorithm }, values),
-                metric_path: m.metric_path,
-            })
-        })
-        .collect();
-    for r in resolved.iter_mut() {
-        if let Resolved::Counted(Counting {
-            rule: Some(rule), ..
-        }) = r
-            && rule.name.as_deref().is_some_and(|n| replaced.contains(&n))
-        {
-            *r = Resolved::NoLimit;
-        }
-    }
-    resolved
 }
 
 impl RateLimiter {
@@ -261,9 +128,8 @@ impl RateLimiter {
         let resolved = resolve(domain, &req);
         let increments: Vec<Increment> = resolved
             .iter()
-            .zip(&req.descriptors)
-            .filter_map(|(r, d)| match r {
-                Resolved::Counted(c) => Some(c.increment(d.hits, now)),
+            .filter_map(|(i, r)| match (r, req.descriptors.get(*i)) {
+                (Resolved::Counted(c), Some(d)) => Some(c.increment(d.hits, now)),
                 _ => None,
             })
             .collect();
@@ -276,42 +142,52 @@ impl RateLimiter {
         };
 
         let mut counts = counts.into_iter();
-        let mut statuses = Vec::with_capacity(resolved.len());
+        let mut statuses = Vec::with_capacity(req.descriptors.len());
         let mut decided = Vec::with_capacity(increments.len());
         let mut passed_metadata: Vec<&Struct> = Vec::new();
-        for (r, d) in resolved.iter().zip(&req.descriptors) {
-            let c = match r {
-                Resolved::NoLimit => {
-                    statuses.push(ok_status());
-                    continue;
+        let mut entries = resolved.iter().peekable();
+        for (i, d) in req.descriptors.iter().enumerate() {
+            // This descriptor's limits: the tightest one is reported.
+            let mut shown: Option<(limiter::Status, DescriptorStatus)> = None;
+            while let Some((_, r)) = entries.next_if(|(j, _)| *j == i) {
+                let c = match r {
+                    Resolved::NoLimit => {
+                        shown.get_or_insert((limiter::Status::none(), ok_status()));
+                        continue;
+                    }
+                    Resolved::Unlimited => {
+                        let unlimited = DescriptorStatus {
+                            limit_remaining: u32::MAX,
+                            ..ok_status()
+                        };
+                        shown.get_or_insert((limiter::Status::none(), unlimited));
+                        continue;
+                    }
+                    Resolved::Counted(c) => c,
+                };
+                let tally = counts.next().unwrap_or(Tally::Count(u64::MAX));
+                let s = c.decide(d.hits, tally, now_ms);
+                match (&c.metric_path, c.rule) {
+                    (Some(path), Some(rule)) => self
+                        .metrics
+                        .detailed(&rule.domain, path, c.stats)
+                        .add(&s.stats),
+                    _ => c.stats.add(&s.stats),
                 }
-                Resolved::Unlimited => {
-                    statuses.push(DescriptorStatus {
-                        limit_remaining: u32::MAX,
-                        ..ok_status()
-                    });
-                    continue;
+                // As the reference: the metadata of every counted descriptor
+                // whose status is not OVER_LIMIT (a shadowed one passes).
+                if !s.over
+                    && let Some(md) = c.rule.and_then(|r| r.metadata.as_ref())
+                {
+                    passed_metadata.push(md);
                 }
-                Resolved::Counted(c) => c,
-            };
-            let tally = counts.next().unwrap_or(Tally::Count(u64::MAX));
-            let s = c.decide(d.hits, tally, now_ms);
-            match (&c.metric_path, c.rule) {
-                (Some(path), Some(rule)) => self
-                    .metrics
-                    .detailed(&rule.domain, path, c.stats)
-                    .add(&s.stats),
-                _ => c.stats.add(&s.stats),
+                let status = c.status(&s);
+                if shown.as_ref().is_none_or(|(t, _)| s.tighter_than(t)) {
+                    shown = Some((s, status));
+                }
+                decided.push(s);
             }
-            // As the reference: the metadata of every counted descriptor whose
-            // status is not OVER_LIMIT (a shadowed one passes).
-            if !s.over
-                && let Some(md) = c.rule.and_then(|r| r.metadata.as_ref())
-            {
-                passed_metadata.push(md);
-            }
-            statuses.push(c.status(&s));
-            decided.push(s);
+            statuses.push(shown.map_or_else(ok_status, |(_, st)| st));
         }
         let summary = limiter::summarize(&decided, self.settings.global_shadow);
         let mut response = RateLimitResponse {

@@ -28,6 +28,14 @@ descriptors:
     rate_limit: {window: 90s, requests_per_unit: 30, algorithm: sliding_window}
   - key: slide3
     rate_limit: {unit: hour, requests_per_unit: 3, algorithm: sliding_window}
+  - key: api_key
+    rate_limits:
+      - {unit: hour, requests_per_unit: 3, name: small}
+      - {unit: day, requests_per_unit: 100, name: daily}
+  - key: mail
+    rate_limit: {unit: hour, requests_per_unit: 100, on_store_failure: deny}
+  - key: page
+    rate_limit: {unit: hour, requests_per_unit: 100}
 ";
 
 fn start(extra: &[&str]) -> Sluice {
@@ -186,4 +194,64 @@ async fn a_window_envoy_has_no_unit_for_is_reported_as_a_rate_it_can_name() {
         rl.contains("shapes.ninety: window=90s requests_per_unit=30 algorithm=sliding_window"),
         "{rl}"
     );
+}
+
+#[tokio::test]
+async fn several_limits_on_one_descriptor_all_count_and_the_tightest_shows() {
+    let s = start(&[]);
+    let mut c = s.client().await;
+    let r = ask(&mut c, "shapes", &[("api_key", "k1")]).await;
+    let st = &r.statuses[0];
+    assert_eq!(
+        st.limit_remaining, 2,
+        "the hourly limit of 3 is the tighter"
+    );
+    assert_eq!(st.current_limit.as_ref().unwrap().name, "small");
+    ask(&mut c, "shapes", &[("api_key", "k1")]).await;
+    ask(&mut c, "shapes", &[("api_key", "k1")]).await;
+    let r = ask(&mut c, "shapes", &[("api_key", "k1")]).await;
+    assert_eq!(r.overall_code, OVER);
+    assert_eq!(r.statuses[0].current_limit.as_ref().unwrap().name, "small");
+    assert!(retry_after(&r).is_some());
+    // Both limits counted every request, each under its own path.
+    let m = s.get("/metrics").1;
+    for rule in ["api_key:small", "api_key:daily"] {
+        let series = format!("sluice_rule_total_hits_total{{domain=\"shapes\",rule=\"{rule}\"}}");
+        assert_eq!(metric(&m, &series), Some(4.0), "{rule}");
+    }
+}
+
+/// While Redis is down, a rule with `on_store_failure: deny` fails closed
+/// and the others follow `--store-failure allow`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_can_fail_closed_while_others_fail_open() {
+    let mut redis = RedisServer::start();
+    let url = redis.url();
+    let s = start(&[
+        "--redis-url",
+        &url,
+        "--redis-timeout",
+        "200ms",
+        "--store-failure",
+        "allow",
+    ]);
+    let mut c = s.client().await;
+    assert_eq!(
+        ask(&mut c, "shapes", &[("mail", "a")]).await.overall_code,
+        OK
+    );
+    redis.kill();
+    for _ in 0..5 {
+        assert_eq!(
+            ask(&mut c, "shapes", &[("mail", "a")]).await.overall_code,
+            OVER
+        );
+        assert_eq!(
+            ask(&mut c, "shapes", &[("page", "a")]).await.overall_code,
+            OK
+        );
+    }
+    let m = s.get("/metrics").1;
+    assert!(metric(&m, "sluice_store_policy_decisions_total{policy=\"deny\"}").unwrap() >= 5.0);
+    assert!(metric(&m, "sluice_store_policy_decisions_total{policy=\"allow\"}").unwrap() >= 5.0);
 }

@@ -10,8 +10,9 @@ use std::sync::Arc;
 use envoy_types::pb::google::protobuf::Struct;
 
 use super::error::ConfigError;
-use super::model::{DescriptorDef, DomainFile, LimitDef, Origin};
+use super::model::{DescriptorDef, DomainFile, LimitDef, Origin, RateLimitDef};
 use crate::metrics::{Metrics, RuleStats};
+use crate::store::FailurePolicy;
 
 /// A limit a request can hit, with everything a decision and its metrics need.
 #[derive(Debug)]
@@ -19,6 +20,9 @@ pub struct Rule {
     pub domain: Arc<str>,
     /// The reference's stats key without the domain, e.g. `key1_value1.subkey1`.
     pub path: Box<str>,
+    /// The path this limit is shown and counted under: `path`, or for one
+    /// limit of a `rate_limits` list `path:name` (or `path:index`).
+    pub label: Box<str>,
     pub limit: LimitDef,
     pub name: Option<Box<str>>,
     pub replaces: Box<[Box<str>]>,
@@ -27,6 +31,10 @@ pub struct Rule {
     pub detailed_metric: bool,
     pub metadata: Option<Struct>,
     pub stats: Arc<RuleStats>,
+    /// This rule's `on_store_failure`.
+    pub on_failure: Option<FailurePolicy>,
+    /// The other limits of a `rate_limits` list, counted with this one.
+    pub also: Box<[Arc<Rule>]>,
 }
 
 /// A `*` pattern over the composite `key_value`: each `*` matches any run of
@@ -279,25 +287,57 @@ impl Compiler<'_> {
         });
     }
 
+    fn rule(
+        &mut self,
+        d: &DescriptorDef,
+        rl: &RateLimitDef,
+        path: &str,
+        stats_path: &str,
+        also: Box<[Arc<Rule>]>,
+    ) -> Arc<Rule> {
+        let rule = Arc::new(Rule {
+            domain: self.domain.clone(),
+            path: Box::from(path),
+            label: Box::from(stats_path),
+            limit: rl.limit,
+            name: rl.name.as_deref().map(Box::from),
+            replaces: rl.replaces.iter().map(|r| Box::from(r.as_str())).collect(),
+            shadow_mode: d.shadow_mode,
+            quota_mode: d.quota_mode,
+            detailed_metric: d.detailed_metric,
+            metadata: d.metadata.clone(),
+            stats: self.metrics.rule(&self.domain, stats_path),
+            on_failure: rl.on_failure,
+            also,
+        });
+        self.rules.push(rule.clone());
+        rule
+    }
+
     fn node(&mut self, d: &DescriptorDef, composite: &str, full: &str) -> Node {
         let path = &full[self.domain.len() + 1..];
         self.needs_path |= d.share_threshold || d.value_to_metric || d.detailed_metric;
-        let rule = d.rate_limit.as_ref().map(|rl| {
-            let rule = Arc::new(Rule {
-                domain: self.domain.clone(),
-                path: Box::from(path),
-                limit: rl.limit,
-                name: rl.name.as_deref().map(Box::from),
-                replaces: rl.replaces.iter().map(|r| Box::from(r.as_str())).collect(),
-                shadow_mode: d.shadow_mode,
-                quota_mode: d.quota_mode,
-                detailed_metric: d.detailed_metric,
-                metadata: d.metadata.clone(),
-                stats: self.metrics.rule(&self.domain, path),
-            });
-            self.rules.push(rule.clone());
-            rule
-        });
+        let rule = match (&d.rate_limit, d.rate_limits.split_first()) {
+            (Some(rl), _) => Some(self.rule(d, rl, path, path, Box::default())),
+            (None, Some((first, rest))) => {
+                // Each limit of the list counts under its own stats path.
+                let sub = |i: usize, rl: &RateLimitDef| match &rl.name {
+                    Some(n) => format!("{path}:{n}"),
+                    None => format!("{path}:{i}"),
+                };
+                let also: Box<[Arc<Rule>]> = rest
+                    .iter()
+                    .enumerate()
+                    .map(|(i, rl)| {
+                        let stats = sub(i + 1, rl);
+                        self.rule(d, rl, path, &stats, Box::default())
+                    })
+                    .collect();
+                let stats = sub(0, first);
+                Some(self.rule(d, first, path, &stats, also))
+            }
+            (None, None) => None,
+        };
         let children = (!d.descriptors.is_empty()).then(|| self.level(&d.descriptors, full));
         Node {
             rule,

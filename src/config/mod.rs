@@ -95,7 +95,7 @@ impl Rules {
                 };
                 format!(
                     "{}.{}: {limit}, shadow_mode: {}, quota_mode: {}",
-                    r.domain, r.path, r.shadow_mode, r.quota_mode
+                    r.domain, r.label, r.shadow_mode, r.quota_mode
                 )
             })
             .collect();

@@ -11,10 +11,11 @@ use serde_saphyr::Location;
 use super::error::ConfigError;
 use super::yaml::{self, Node, Value, position};
 use crate::limiter::{Algorithm, MAX_WINDOW_SECONDS, Period, Unit};
+use crate::store::FailurePolicy;
 
 /// The reference's flat allow-list of keys: any other key, at any depth outside
 /// `metadata`, is an error.
-pub const VALID_KEYS: [&str; 19] = [
+pub const VALID_KEYS: [&str; 21] = [
     "domain",
     "key",
     "value",
@@ -35,6 +36,8 @@ pub const VALID_KEYS: [&str; 19] = [
     "window",
     "algorithm",
     "burst",
+    "on_store_failure",
+    "rate_limits",
 ];
 
 /// One file: a domain and its descriptor tree.
@@ -58,6 +61,8 @@ pub struct DescriptorDef {
     pub key: String,
     pub value: Option<String>,
     pub rate_limit: Option<RateLimitDef>,
+    /// `rate_limits:`: several limits on one descriptor, every one counted.
+    pub rate_limits: Vec<RateLimitDef>,
     pub shadow_mode: bool,
     pub quota_mode: bool,
     pub detailed_metric: bool,
@@ -96,6 +101,8 @@ pub struct RateLimitDef {
     pub limit: LimitDef,
     pub name: Option<String>,
     pub replaces: Vec<String>,
+    /// `on_store_failure`: this rule's failure policy over `--store-failure`.
+    pub on_failure: Option<FailurePolicy>,
 }
 
 struct Parser<'a> {
@@ -271,6 +278,7 @@ impl Parser<'_> {
             return d;
         };
         let mut rate_limit = None;
+        let mut rate_limits = None;
         for (k, v) in entries {
             let key = key_of(k);
             let field = join(path, key);
@@ -278,6 +286,7 @@ impl Parser<'_> {
                 "key" => d.key = self.string(v, &field).unwrap_or_default(),
                 "value" => d.value = self.string(v, &field),
                 "rate_limit" => rate_limit = Some((v, field)),
+                "rate_limits" => rate_limits = Some((v, field)),
                 "shadow_mode" => d.shadow_mode = self.boolean(v, &field),
                 "quota_mode" => d.quota_mode = self.boolean(v, &field),
                 "detailed_metric" => d.detailed_metric = self.boolean(v, &field),
@@ -295,8 +304,15 @@ impl Parser<'_> {
                 "descriptor has empty key",
             );
         }
-        if let Some((v, field)) = rate_limit {
-            d.rate_limit = self.rate_limit(v, &field);
+        match (rate_limit, rate_limits) {
+            (Some(_), Some((v, field))) => self.error(
+                &v.referenced,
+                &field,
+                "a descriptor has either rate_limit or rate_limits, not both",
+            ),
+            (Some((v, field)), None) => d.rate_limit = self.rate_limit(v, &field),
+            (None, Some((v, field))) => d.rate_limits = self.rate_limits(v, &field),
+            (None, None) => {}
         }
         if d.share_threshold && !d.composite().contains('*') {
             let msg = format!(
@@ -325,6 +341,7 @@ impl Parser<'_> {
             (None, 0u32, false, None, Vec::new());
         let (mut window, mut algorithm, mut burst) = (None, None, None);
         let mut window_given = false;
+        let mut on_failure = None;
         for (k, v) in entries {
             let key = key_of(k);
             let field = join(path, key);
@@ -340,6 +357,7 @@ impl Parser<'_> {
                 }
                 "algorithm" => algorithm = self.string(v, &field).map(|a| (a, v)),
                 "burst" => burst = Some((self.uint32(v, &field), v)),
+                "on_store_failure" => on_failure = self.failure_policy(v, &field),
                 other => self.misplaced(k, other, "rate_limit"),
             }
         }
@@ -409,7 +427,36 @@ impl Parser<'_> {
             limit,
             name,
             replaces: replaces.into_iter().map(|(r, _)| r).collect(),
+            on_failure,
         })
+    }
+
+    /// `rate_limits:`, a list of `rate_limit` blocks.
+    fn rate_limits(&mut self, node: &Node, path: &str) -> Vec<RateLimitDef> {
+        let Value::Seq(items) = &node.value else {
+            let msg = format!("rate_limits must be a list, not a {}", node.value.kind());
+            self.error(&node.referenced, path, msg);
+            return Vec::new();
+        };
+        if items.is_empty() {
+            self.error(&node.referenced, path, "rate_limits must not be empty");
+        }
+        items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, item)| self.rate_limit(item, &format!("{path}[{i}]")))
+            .collect()
+    }
+
+    /// `on_store_failure: fallback | allow | deny`.
+    fn failure_policy(&mut self, node: &Node, field: &str) -> Option<FailurePolicy> {
+        let text = self.string(node, field)?;
+        let policy = FailurePolicy::parse(&text);
+        if policy.is_none() {
+            let msg = format!("unknown on_store_failure '{text}': fallback, allow or deny");
+            self.error(&node.referenced, field, msg);
+        }
+        policy
     }
 
     /// `window: 90s`: whole seconds with an `s`, `m`, `h` or `d` suffix (or a

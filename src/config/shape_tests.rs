@@ -132,3 +132,60 @@ fn rlconfig_shows_every_shape() {
         "{dump}"
     );
 }
+
+#[test]
+fn several_limits_and_a_failure_policy_per_rule() {
+    let yaml = "domain: d\ndescriptors:\n  - key: api_key\n    rate_limits:\n      - {requests_per_unit: 10, unit: second, name: burst}\n      - {requests_per_unit: 10000, unit: day, name: daily, on_store_failure: deny}\n";
+    let f = parse_file(Path::new("f.yaml"), yaml).unwrap();
+    let d = &f.descriptors[0];
+    assert!(d.rate_limit.is_none());
+    assert_eq!(d.rate_limits.len(), 2);
+    assert_eq!(
+        d.rate_limits[1].on_failure,
+        Some(crate::store::FailurePolicy::Deny)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("d.yaml"), yaml).unwrap();
+    let r = load_dir(
+        dir.path(),
+        LoadOptions::default(),
+        &crate::metrics::Metrics::default(),
+    )
+    .unwrap();
+    let dump = r.dump().join("\n");
+    assert!(
+        dump.contains("d.api_key:burst: unit=SECOND requests_per_unit=10,"),
+        "{dump}"
+    );
+    assert!(
+        dump.contains("d.api_key:daily: unit=DAY requests_per_unit=10000,"),
+        "{dump}"
+    );
+    let m = r.domain("d").unwrap().find(&[("api_key", "x")]).unwrap();
+    assert_eq!(m.rule.also.len(), 1);
+}
+
+#[test]
+fn bad_limit_lists_and_policies_are_refused() {
+    let both = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n    rate_limits:\n      - {unit: day, requests_per_unit: 1}\n";
+    let e = errors(both);
+    assert!(
+        e.iter()
+            .any(|e| e.contains("either rate_limit or rate_limits")),
+        "{e:?}"
+    );
+    let empty = "domain: d\ndescriptors:\n  - key: k\n    rate_limits: []\n";
+    assert!(
+        errors(empty)
+            .iter()
+            .any(|e| e.contains("must not be empty"))
+    );
+    let e = errors(&rule(
+        "unit: second, requests_per_unit: 1, on_store_failure: maybe",
+    ));
+    assert!(
+        e.iter()
+            .any(|e| e.contains("unknown on_store_failure 'maybe'")),
+        "{e:?}"
+    );
+}

@@ -50,6 +50,32 @@ pub struct Status {
     pub stats: StatDelta,
 }
 
+impl Status {
+    /// The status of a descriptor with no counted limit.
+    pub fn none() -> Status {
+        Status {
+            over: false,
+            remaining: u32::MAX,
+            reset_seconds: 0,
+            retry_seconds: 0,
+            quota: false,
+            stats: StatDelta::default(),
+        }
+    }
+
+    /// Whether this limit is closer to exhaustion than `other`, for the one
+    /// status a descriptor with several limits reports: an over-limit one
+    /// first (the one with the longest wait), else the fewest left.
+    pub fn tighter_than(&self, other: &Status) -> bool {
+        match (self.over, other.over) {
+            (true, false) => true,
+            (false, true) => false,
+            (true, true) => self.retry_seconds > other.retry_seconds,
+            (false, false) => self.remaining < other.remaining,
+        }
+    }
+}
+
 /// Decides one descriptor from what the store reported.
 pub fn status(c: &Counted, now: Now) -> Status {
     match c.tally {

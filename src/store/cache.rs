@@ -119,6 +119,7 @@ mod tests {
             limit,
             window: Window::containing(Unit::Minute, Now(now)),
             algorithm: Algorithm::FixedWindow,
+            on_failure: None,
         }
     }
 

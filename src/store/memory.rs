@@ -301,6 +301,7 @@ mod tests {
             limit: 100,
             window: Window::containing(Unit::Minute, Now(now)),
             algorithm: Algorithm::FixedWindow,
+            on_failure: None,
         }
     }
 
@@ -383,6 +384,7 @@ mod tests {
             limit: 5,
             window: Window::containing(period, Now(now)),
             algorithm,
+            on_failure: None,
         }
     }
 

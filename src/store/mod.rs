@@ -34,6 +34,8 @@ pub struct Increment {
     /// The window the hits fall in (a token bucket's refill period).
     pub window: Window,
     pub algorithm: Algorithm,
+    /// The rule's `on_store_failure`, over the server's `--store-failure`.
+    pub on_failure: Option<FailurePolicy>,
 }
 
 /// Why a store could not count.

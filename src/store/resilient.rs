@@ -61,6 +61,17 @@ impl FailurePolicy {
         }
     }
 
+    /// A policy by its name in rule files (`on_store_failure`).
+    pub fn parse(s: &str) -> Option<FailurePolicy> {
+        [
+            FailurePolicy::Fallback,
+            FailurePolicy::Allow,
+            FailurePolicy::Deny,
+        ]
+        .into_iter()
+        .find(|p| p.name() == s)
+    }
+
     fn in_use(self) -> &'static str {
         match self {
             FailurePolicy::Fallback => "memory-fallback",
@@ -206,25 +217,39 @@ impl Resilient {
         }
     }
 
+    /// Decides what the store could not count: each increment by its rule's
+    /// `on_store_failure`, or the server's `--store-failure`.
     fn by_policy(&self, ask: &[&Increment]) -> Vec<Tally> {
-        self.metrics
-            .policy_decisions(self.policy.name(), ask.len() as u64);
-        match self.policy {
-            FailurePolicy::Fallback => self.fallback.increment_now(ask.iter().copied()),
-            FailurePolicy::Allow => ask.iter().map(|i| Tally::admitted(i.algorithm)).collect(),
-            FailurePolicy::Deny => ask
-                .iter()
-                .map(|i| {
-                    let refill = match i.algorithm {
-                        Algorithm::TokenBucket { burst } => {
-                            Some(Refill::new(i.limit, i.window.period.seconds(), burst))
-                        }
-                        _ => None,
-                    };
-                    Tally::refused(i.algorithm, i.limit, i.hits, refill)
-                })
-                .collect(),
+        if ask.iter().all(|i| i.on_failure.is_none()) {
+            self.metrics
+                .policy_decisions(self.policy.name(), ask.len() as u64);
+            if self.policy == FailurePolicy::Fallback {
+                return self.fallback.increment_now(ask.iter().copied());
+            }
         }
+        ask.iter()
+            .map(|i| {
+                let policy = i.on_failure.unwrap_or(self.policy);
+                self.metrics.policy_decisions(policy.name(), 1);
+                match policy {
+                    FailurePolicy::Fallback => self
+                        .fallback
+                        .increment_now(std::iter::once(*i))
+                        .pop()
+                        .unwrap_or(Tally::Count(u64::MAX)),
+                    FailurePolicy::Allow => Tally::admitted(i.algorithm),
+                    FailurePolicy::Deny => {
+                        let refill = match i.algorithm {
+                            Algorithm::TokenBucket { burst } => {
+                                Some(Refill::new(i.limit, i.window.period.seconds(), burst))
+                            }
+                            _ => None,
+                        };
+                        Tally::refused(i.algorithm, i.limit, i.hits, refill)
+                    }
+                }
+            })
+            .collect()
     }
 
     fn fault(&self, reason: String) {

@@ -86,6 +86,7 @@ fn inc(v: &str) -> Increment {
         limit: 2,
         window: Window::containing(Unit::Hour, Now(3600)),
         algorithm: crate::limiter::Algorithm::FixedWindow,
+        on_failure: None,
     }
 }
 

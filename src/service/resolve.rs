@@ -1,0 +1,161 @@
+//! Descriptors to limits: each descriptor of a request resolves to no limit,
+//! an unlimited rule, or one counted limit per limit of its rule (a rule's
+//! `rate_limits` may hold several).
+
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use envoy_types::pb::google::protobuf::Duration as PbDuration;
+
+use crate::config::{Domain, LimitDef, Rule};
+use crate::limiter::{self, Algorithm, Counted, Now, Period, Tally, Window};
+use crate::metrics::RuleStats;
+use crate::request::Request;
+use crate::store::{CounterKey, Increment, KeySpace};
+
+/// A descriptor that will be counted: a configured rule, or Envoy's override.
+pub(super) struct Counting<'a> {
+    pub(super) requests_per_unit: u32,
+    pub(super) period: Period,
+    pub(super) algorithm: Algorithm,
+    /// `None` for a per-request override, which has no rule behind it.
+    pub(super) rule: Option<&'a Rule>,
+    pub(super) stats: &'a Arc<RuleStats>,
+    /// The stats path when it carries runtime values (`detailed_metric`).
+    pub(super) metric_path: Option<String>,
+    pub(super) key: CounterKey,
+}
+
+/// How one descriptor resolved against the rules.
+pub(super) enum Resolved<'a> {
+    NoLimit,
+    Unlimited,
+    Counted(Counting<'a>),
+}
+
+impl Counting<'_> {
+    pub(super) fn increment(&self, hits: u64, now: Now) -> Increment {
+        Increment {
+            key: self.key.clone(),
+            hits,
+            limit: self.requests_per_unit,
+            window: Window::containing(self.period, now),
+            algorithm: self.algorithm,
+            on_failure: self.rule.and_then(|r| r.on_failure),
+        }
+    }
+
+    pub(super) fn decide(&self, hits: u64, tally: Tally, now_ms: u64) -> limiter::Status {
+        let now = Now(now_ms / 1000);
+        let window = Window::containing(self.period, now);
+        limiter::status(
+            &Counted {
+                requests_per_unit: self.requests_per_unit,
+                window,
+                algorithm: self.algorithm,
+                hits,
+                tally,
+                elapsed_ms: now_ms.saturating_sub(window.start.0.saturating_mul(1000)),
+                shadow: self.rule.is_some_and(|r| r.shadow_mode),
+                quota: self.rule.is_some_and(|r| r.quota_mode),
+            },
+            now,
+        )
+    }
+
+    pub(super) fn status(&self, s: &limiter::Status) -> DescriptorStatus {
+        DescriptorStatus {
+            code: if s.over { Code::OverLimit } else { Code::Ok } as i32,
+            current_limit: Some(RateLimit {
+                name: self
+                    .rule
+                    .and_then(|r| r.name.as_deref())
+                    .unwrap_or_default()
+                    .to_owned(),
+                // Envoy can only name second to year: other windows are
+                // reported as a rate in the longest unit that fits them.
+                requests_per_unit: self.period.reported_limit(self.requests_per_unit),
+                unit: self.period.reported_unit().proto(),
+            }),
+            limit_remaining: s.remaining,
+            duration_until_reset: Some(PbDuration {
+                seconds: i64::try_from(s.reset_seconds).unwrap_or(i64::MAX),
+                nanos: 0,
+            }),
+            quota: None,
+        }
+    }
+}
+
+/// Matches every descriptor, then drops the limits that another matched
+/// limit `replaces`: those answer OK with no limit and are not counted.
+/// A descriptor whose rule has several limits (`rate_limits`) yields one
+/// entry per limit, all with the descriptor's index, in order.
+pub(super) fn resolve<'a>(domain: &'a Domain, req: &Request) -> Vec<(usize, Resolved<'a>)> {
+    let mut replaced: Vec<&str> = Vec::new();
+    let mut resolved: Vec<(usize, Resolved<'a>)> = Vec::with_capacity(req.descriptors.len());
+    for (i, d) in req.descriptors.iter().enumerate() {
+        let entries = || d.entries.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        if let Some(o) = d.limit {
+            resolved.push((
+                i,
+                Resolved::Counted(Counting {
+                    requests_per_unit: o.requests_per_unit,
+                    period: Period::Unit(o.unit),
+                    algorithm: Algorithm::FixedWindow,
+                    rule: None,
+                    stats: &domain.override_stats,
+                    metric_path: None,
+                    key: CounterKey::new(&req.domain, o.unit, entries()),
+                }),
+            ));
+            continue;
+        }
+        let Some(m) = domain.find(&d.entries) else {
+            resolved.push((i, Resolved::NoLimit));
+            continue;
+        };
+        let first: &'a Rule = m.rule;
+        for rule in std::iter::once(first).chain(first.also.iter().map(|r| &**r)) {
+            replaced.extend(rule.replaces.iter().map(|r| &**r));
+            let LimitDef::Limited {
+                period,
+                requests_per_unit,
+                algorithm,
+            } = rule.limit
+            else {
+                resolved.push((i, Resolved::Unlimited));
+                continue;
+            };
+            // share_threshold: the configured pattern stands for the value.
+            let values = entries().enumerate().map(|(i, (k, v))| {
+                let shared = m.shared.iter().find(|(j, _)| *j == i).map(|(_, p)| *p);
+                (k, shared.unwrap_or(v))
+            });
+            resolved.push((
+                i,
+                Resolved::Counted(Counting {
+                    requests_per_unit,
+                    period,
+                    algorithm,
+                    rule: Some(rule),
+                    stats: &rule.stats,
+                    key: CounterKey::new(&req.domain, KeySpace { period, algorithm }, values),
+                    metric_path: m.metric_path.clone(),
+                }),
+            ));
+        }
+    }
+    for (_, r) in resolved.iter_mut() {
+        if let Resolved::Counted(Counting {
+            rule: Some(rule), ..
+        }) = r
+            && rule.name.as_deref().is_some_and(|n| replaced.contains(&n))
+        {
+            *r = Resolved::NoLimit;
+        }
+    }
+    resolved
+}
