@@ -39,6 +39,10 @@ descriptors:
             rate_limit: {unit: day, requests_per_unit: 1000000000}
   - key: flood
     rate_limit: {unit: day, requests_per_unit: 10}
+  - key: slide
+    rate_limit: {unit: day, requests_per_unit: 1000000000, algorithm: sliding_window}
+  - key: tb
+    rate_limit: {unit: hour, requests_per_unit: 1000000000, algorithm: token_bucket}
 ";
 const ROUNDS: usize = 3;
 const SECONDS: u64 = 4;
@@ -253,14 +257,22 @@ fn main() {
         ]),
     )
     .expect("write");
+    let slide = dir.path().join("slide.bin");
+    std::fs::write(&slide, grpc_body(&[&[("slide", "k")]])).expect("write");
+    let tb = dir.path().join("tb.bin");
+    std::fs::write(&tb, grpc_body(&[&[("tb", "k")]])).expect("write");
 
     println!("h2load -t1 -c8 -m32, {SECONDS}s per run, {rounds} interleaved rounds; medians\n");
-    let cases: [(&str, &Server, &Path); 5] = [
+    let cases: [(&str, &Server, &Path); 9] = [
         ("no-op, 1 descriptor", noop_s, &hot),
         ("memory, 1 descriptor (hot key)", memory_s, &hot),
         ("no-op, 3 descriptors", noop_s, &login),
         ("memory, 3 descriptors (login shape)", memory_s, &login),
         ("redis, 1 descriptor (hot key)", redis_s, &hot),
+        ("memory, sliding window (hot key)", memory_s, &slide),
+        ("memory, token bucket (hot key)", memory_s, &tb),
+        ("redis, sliding window (hot key)", redis_s, &slide),
+        ("redis, token bucket (hot key)", redis_s, &tb),
     ];
     let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new(); cases.len()];
     for _ in 0..rounds {
@@ -276,9 +288,10 @@ fn main() {
         .iter()
         .map(|r| median(r.iter().map(|x| x.1).collect()))
         .collect();
-    println!("| case | req/s | of no-op | server CPU µs/req |");
+    println!("| case | req/s | of no-op (shapes: of the fixed window) | server CPU µs/req |");
     println!("|---|---|---|---|");
-    let ceiling = [0, 0, 2, 2, 0];
+    // Shapes are compared with the fixed window on the same store.
+    let ceiling = [0, 0, 2, 2, 0, 1, 1, 4, 4];
     for (i, (name, _, _)) in cases.iter().enumerate() {
         println!(
             "| {name} | {:.0} | {:.2} | {:.1} |",
@@ -363,13 +376,22 @@ fn main() {
     );
     println!("  ({} flood requests answered)", flood_cpu.0);
 
-    // Memory per live key: 1,000,000 distinct keys into a fresh memory store.
-    let fresh = Sluice::start(&[("bench.yaml", RULES)], &quiet);
+    // Memory per live key: 1,000,000 distinct keys into a fresh memory store,
+    // for each shape.
+    for key in ["ip", "slide", "tb"] {
+        memory_per_key(key, &quiet);
+    }
+    drop(noop);
+}
+
+/// RSS per live key after 1,000,000 distinct keys of rule `key`.
+fn memory_per_key(key: &str, quiet: &[&str]) {
+    let fresh = Sluice::start(&[("bench.yaml", RULES)], quiet);
     let _ = sluice_bench(
         fresh.grpc,
         &[
             "--descriptor",
-            "ip=warm{n}",
+            &format!("{key}=warm{{n}}"),
             "--keys",
             "1000",
             "--requests",
@@ -382,7 +404,7 @@ fn main() {
         fresh.grpc,
         &[
             "--descriptor",
-            "ip={n}",
+            &format!("{key}={{n}}"),
             "--keys",
             "1000000",
             "--requests",
@@ -393,14 +415,13 @@ fn main() {
     );
     let after = rss_bytes(fresh.pid());
     println!(
-        "\nmemory store, 1,000,000 live keys ({} requests in {:.1}s): RSS {} MiB -> {} MiB, {:.0} bytes per key",
+        "\nmemory store, rule {key}, 1,000,000 live keys ({} requests in {:.1}s): RSS {} MiB -> {} MiB, {:.0} bytes per key",
         v["requests"],
         started.elapsed().as_secs_f64(),
         before >> 20,
         after >> 20,
         after.saturating_sub(before) as f64 / 1e6
     );
-    drop(noop);
 }
 
 /// (requests, CPU µs per request of sluice and Redis) for one closed-loop run.

@@ -16,7 +16,7 @@ use sluice::metrics::{MetricLimits, Metrics};
 use sluice::privacy::Privacy;
 use sluice::request::Limits;
 use sluice::server::{self, GrpcLimits, Listeners, ServeOptions};
-use sluice::service::{RateLimiter, Settings};
+use sluice::service::{RateLimiter, ResponseHeaders, Settings};
 use sluice::store::redis::{KeyFormat, RedisConfig, RedisStore, Target};
 use sluice::store::{
     DEFAULT_MAX_COUNTERS, FailurePolicy, MemoryStore, Resilient, ResilientOptions, Store,
@@ -106,6 +106,12 @@ struct ServeArgs {
     /// Answer OK to every request while still counting and reporting.
     #[arg(long, env = "SLUICE_SHADOW_MODE")]
     shadow_mode: bool,
+    /// Rate-limit headers sluice adds to every answer itself: none (Envoy's
+    /// enable_x_ratelimit_headers builds draft-03 from the statuses), draft03
+    /// (X-RateLimit-*, the reference's LIMIT_RESPONSE_HEADERS_ENABLED) or ietf
+    /// (RateLimit-Policy and RateLimit).
+    #[arg(long, env = "SLUICE_RESPONSE_HEADERS", value_enum, default_value_t = ResponseHeaders::None)]
+    response_headers: ResponseHeaders,
     /// Fill dynamic_metadata in responses (the reference's RESPONSE_DYNAMIC_METADATA).
     #[arg(long, env = "SLUICE_RESPONSE_DYNAMIC_METADATA")]
     response_dynamic_metadata: bool,
@@ -516,6 +522,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 args.key_hash_secret.clone().map(String::into_bytes),
             ),
             limits: args.limits.limits(),
+            response_headers: args.response_headers,
         };
         let store = args.store.build(&metrics)?;
         let limiter = RateLimiter::new(rules.clone(), store, metrics.clone(), settings);

@@ -19,8 +19,11 @@ use crate::privacy::Privacy;
 use crate::request::{Limits, Request, RequestError};
 use crate::store::{Increment, Store, StoreError, expect_counts};
 
+mod headers;
 mod metadata;
 mod resolve;
+
+pub use headers::ResponseHeaders;
 
 use resolve::{Resolved, resolve};
 
@@ -35,6 +38,8 @@ pub struct Settings {
     pub privacy: Privacy,
     /// The most one request may carry.
     pub limits: Limits,
+    /// Rate-limit headers sluice adds to every answer (`--response-headers`).
+    pub response_headers: ResponseHeaders,
 }
 
 /// Why a request got no decision.
@@ -145,14 +150,16 @@ impl RateLimiter {
         let mut statuses = Vec::with_capacity(req.descriptors.len());
         let mut decided = Vec::with_capacity(increments.len());
         let mut passed_metadata: Vec<&Struct> = Vec::new();
+        let mut shown = Vec::new();
+        let headers = self.settings.response_headers;
         let mut entries = resolved.iter().peekable();
         for (i, d) in req.descriptors.iter().enumerate() {
             // This descriptor's limits: the tightest one is reported.
-            let mut shown: Option<(limiter::Status, DescriptorStatus)> = None;
+            let mut tightest: Option<(limiter::Status, DescriptorStatus)> = None;
             while let Some((_, r)) = entries.next_if(|(j, _)| *j == i) {
                 let c = match r {
                     Resolved::NoLimit => {
-                        shown.get_or_insert((limiter::Status::none(), ok_status()));
+                        tightest.get_or_insert((limiter::Status::none(), ok_status()));
                         continue;
                     }
                     Resolved::Unlimited => {
@@ -160,7 +167,7 @@ impl RateLimiter {
                             limit_remaining: u32::MAX,
                             ..ok_status()
                         };
-                        shown.get_or_insert((limiter::Status::none(), unlimited));
+                        tightest.get_or_insert((limiter::Status::none(), unlimited));
                         continue;
                     }
                     Resolved::Counted(c) => c,
@@ -181,13 +188,16 @@ impl RateLimiter {
                 {
                     passed_metadata.push(md);
                 }
+                if headers != ResponseHeaders::None {
+                    shown.push(c.shown(&s));
+                }
                 let status = c.status(&s);
-                if shown.as_ref().is_none_or(|(t, _)| s.tighter_than(t)) {
-                    shown = Some((s, status));
+                if tightest.as_ref().is_none_or(|(t, _)| s.tighter_than(t)) {
+                    tightest = Some((s, status));
                 }
                 decided.push(s);
             }
-            statuses.push(shown.map_or_else(ok_status, |(_, st)| st));
+            statuses.push(tightest.map_or_else(ok_status, |(_, st)| st));
         }
         let summary = limiter::summarize(&decided, self.settings.global_shadow);
         let mut response = RateLimitResponse {
@@ -206,6 +216,9 @@ impl RateLimiter {
                 raw_value: Vec::new(),
             });
         }
+        response
+            .response_headers_to_add
+            .extend(headers::build(headers, &shown));
         if self.settings.dynamic_metadata {
             response.dynamic_metadata = Some(metadata::build(&req, &passed_metadata));
         }

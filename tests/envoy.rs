@@ -146,6 +146,39 @@ fn ipv6_clients_are_limited_per_64() {
     assert_eq!(r.status, 200, "{r:?}");
 }
 
+/// sluice can write the rate-limit headers itself (`--response-headers`),
+/// here with Envoy's own `enable_x_ratelimit_headers` switched off.
+#[test]
+fn sluice_sends_ietf_and_draft03_headers_through_envoy() {
+    let own_headers_off = |c: &str| c.replace("enable_x_ratelimit_headers: DRAFT_VERSION_03", "");
+    let stack = Stack::start_with(&["--response-headers", "ietf"], own_headers_off);
+    room_in_window(60, 10);
+    let r = stack.post_json("/api/auth/login", "203.0.113.70", "{}");
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(
+        r.header("ratelimit-policy"),
+        Some("\"credentials_per_ip_path\";q=30;w=60"),
+        "{r:?}"
+    );
+    let state = r.header("ratelimit").unwrap_or_default();
+    assert!(
+        state.starts_with("\"credentials_per_ip_path\";r=29;t="),
+        "{state}"
+    );
+    assert_eq!(r.header("x-ratelimit-limit"), None, "Envoy's own are off");
+    drop(stack);
+
+    let stack = Stack::start_with(&["--response-headers", "draft03"], own_headers_off);
+    room_in_window(60, 10);
+    let r = stack.post_json("/api/auth/login", "203.0.113.71", "{}");
+    assert_eq!(
+        r.header("x-ratelimit-limit"),
+        Some("30, 30;w=60;name=\"credentials_per_ip_path\""),
+        "{r:?}"
+    );
+    assert_eq!(r.header("x-ratelimit-remaining"), Some("29"));
+}
+
 #[test]
 fn a_mailbox_has_one_budget_across_ips_and_spellings() {
     let stack = Stack::start();

@@ -141,6 +141,7 @@ async fn sliding_windows_and_buckets_stop_the_boundary_burst() {
             }
             second.push(ok);
         }
+        eprintln!("second burst admitted (fixed, sliding, bucket): {second:?}");
         assert_eq!(
             second[0], 10,
             "the fixed window opens again at the boundary"

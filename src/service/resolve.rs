@@ -15,6 +15,8 @@ use crate::metrics::RuleStats;
 use crate::request::Request;
 use crate::store::{CounterKey, Increment, KeySpace};
 
+use super::headers::Shown;
+
 /// A descriptor that will be counted: a configured rule, or Envoy's override.
 pub(super) struct Counting<'a> {
     pub(super) requests_per_unit: u32,
@@ -63,6 +65,20 @@ impl Counting<'_> {
             },
             now,
         )
+    }
+
+    /// This limit as `--response-headers` describe it.
+    pub(super) fn shown(&self, s: &limiter::Status) -> Shown {
+        Shown {
+            name: self
+                .rule
+                .map_or("_override", |r| r.name.as_deref().unwrap_or(&r.label))
+                .to_owned(),
+            limit: self.requests_per_unit,
+            window_seconds: self.period.seconds(),
+            remaining: s.remaining,
+            reset_seconds: s.reset_seconds,
+        }
     }
 
     pub(super) fn status(&self, s: &limiter::Status) -> DescriptorStatus {

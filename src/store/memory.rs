@@ -43,8 +43,9 @@ struct Slot {
     /// Fixed window: the count. Sliding: this window's count. Token bucket:
     /// the theoretical arrival time, in microseconds since the epoch.
     count: u64,
-    /// Sliding window: the previous window's count.
-    previous: u64,
+    /// Sliding window: the previous window's count, saturating (any count
+    /// past `u32::MAX` is over every limit); 4 bytes keep the slot at 24.
+    previous: u32,
 }
 
 impl Slot {
@@ -231,7 +232,7 @@ fn apply(slot: &mut Slot, inc: &Increment, now_us: u64) -> Tally {
             if slot.start != start {
                 let previous = secs(inc.window.previous().start.0);
                 slot.previous = if slot.start == previous {
-                    slot.count
+                    u32::try_from(slot.count).unwrap_or(u32::MAX)
                 } else {
                     0
                 };
@@ -243,7 +244,7 @@ fn apply(slot: &mut Slot, inc: &Increment, now_us: u64) -> Tally {
             slot.count = slot.count.saturating_add(inc.hits);
             Tally::Sliding {
                 current: slot.count,
-                previous: slot.previous,
+                previous: u64::from(slot.previous),
             }
         }
         Algorithm::TokenBucket { burst } => {

@@ -73,6 +73,12 @@ impl Stack {
     /// Starts everything on a private copy of `descriptors/`, and returns once
     /// Envoy answers through to the upstream and sluice counts in Redis.
     pub fn start() -> Stack {
+        Stack::start_with(&[], |config| config.to_owned())
+    }
+
+    /// As [`Stack::start`], with more sluice flags and the rendered Envoy
+    /// config passed through `edit`.
+    pub fn start_with(sluice_args: &[&str], edit: impl Fn(&str) -> String) -> Stack {
         let dir = tempfile::tempdir().expect("tempdir");
         let rules = dir.path().join("descriptors");
         std::fs::create_dir(&rules).expect("mkdir");
@@ -83,10 +89,10 @@ impl Stack {
         let redis = RedisServer::start();
         // A store timeout below Envoy's 0.2s filter timeout, as shipped, but
         // generous enough that a loaded test machine still counts in Redis.
-        let sluice = Sluice::start_in(
-            &rules,
-            &["--redis-url", &redis.url(), "--redis-timeout", "150ms"],
-        );
+        let url = redis.url();
+        let mut args = vec!["--redis-url", &url, "--redis-timeout", "150ms"];
+        args.extend_from_slice(sluice_args);
+        let sluice = Sluice::start_in(&rules, &args);
         assert!(
             eventually(Duration::from_secs(10), || sluice
                 .get("/readyz")
@@ -109,6 +115,8 @@ impl Stack {
             .status()
             .expect("python3 envoy/stack.py render");
         assert!(rendered.success(), "render failed");
+        let text = std::fs::read_to_string(&config).expect("rendered config");
+        std::fs::write(&config, edit(&text)).expect("edited config");
         let envoy = spawn_envoy(&config, &dir.path().join("envoy.log"));
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
