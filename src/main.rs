@@ -359,6 +359,9 @@ impl StoreArgs {
 struct CheckArgs {
     /// The config directory to validate.
     dir: PathBuf,
+    /// Also print every rule with its limit and shape, as /rlconfig does.
+    #[arg(long)]
+    rules: bool,
     #[command(flatten)]
     config_args: ConfigArgs,
 }
@@ -388,7 +391,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Some(Command::Check(args)) => check(&args.dir, &args.config_args),
+        Some(Command::Check(args)) => check(&args.dir, &args.config_args, args.rules),
         Some(Command::Serve(args)) => serve(*args),
         Some(Command::Bench(args)) => bench(args),
         None => serve(cli.serve),
@@ -409,11 +412,16 @@ fn load_options(c: &ConfigArgs) -> LoadOptions {
     }
 }
 
-fn check(dir: &Path, c: &ConfigArgs) -> anyhow::Result<ExitCode> {
+fn check(dir: &Path, c: &ConfigArgs, show_rules: bool) -> anyhow::Result<ExitCode> {
     match load_dir(dir, load_options(c), &Metrics::default()) {
         Ok(rules) => {
             for (domain, count) in rules.summary() {
                 println!("{domain}: {count} rules");
+            }
+            if show_rules {
+                for line in rules.dump() {
+                    println!("  {line}");
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -248,6 +248,20 @@ fn check_prints_domains_or_errors() {
         .output()
         .unwrap();
     assert!(out.status.success(), "flags are read from SLUICE_* too");
+
+    let shaped = config_dir(&[(
+        "s.yaml",
+        "domain: s\ndescriptors:\n  - key: k\n    rate_limit: {window: 90s, requests_per_unit: 3, algorithm: token_bucket, burst: 5}\n",
+    )]);
+    let out = Command::new(sluice_bin())
+        .args(["check", "--rules"])
+        .arg(shaped.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "s: 1 rules\n  s.k: window=90s requests_per_unit=3 algorithm=token_bucket burst=5, shadow_mode: false, quota_mode: false\n"
+    );
 }
 
 #[test]

@@ -28,6 +28,8 @@ descriptors:
     rate_limit: {window: 90s, requests_per_unit: 30, algorithm: sliding_window}
   - key: slide3
     rate_limit: {unit: hour, requests_per_unit: 3, algorithm: sliding_window}
+  - key: slide100
+    rate_limit: {unit: hour, requests_per_unit: 100, algorithm: sliding_window}
   - key: api_key
     rate_limits:
       - {unit: hour, requests_per_unit: 3, name: small}
@@ -78,7 +80,7 @@ fn at_phase(period_ms: u128, from_ms: u128, to_ms: u128) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_token_bucket_admits_exactly_its_burst_on_every_store() {
+async fn buckets_and_sliding_windows_are_exact_on_every_store() {
     let redis = RedisServer::start();
     let on_redis = redis_args(&redis.url());
     let memory = start(&[]);

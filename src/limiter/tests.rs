@@ -152,3 +152,37 @@ fn quota_mode_is_over_only_when_every_quota_descriptor_is() {
         }
     );
 }
+
+#[test]
+fn a_bucket_in_shadow_mode_reports_but_never_blocks() {
+    let c = Counted {
+        requests_per_unit: 10,
+        window: Window::containing(Unit::Second, NOW),
+        algorithm: Algorithm::TokenBucket { burst: 10 },
+        hits: 1,
+        tally: Tally::Bucket {
+            taken: false,
+            debt_us: 1_000_000,
+        },
+        elapsed_ms: 0,
+        shadow: true,
+        quota: false,
+    };
+    let s = status(&c, NOW);
+    assert!(!s.over);
+    assert_eq!(s.stats.shadow_mode, 1);
+    assert_eq!(s.stats.over_limit, 1);
+    assert_eq!(s.remaining, 0);
+    assert_eq!(s.retry_seconds, 1);
+}
+
+#[test]
+fn check_only_never_takes_a_token() {
+    let r = Refill::new(10, 1, 2);
+    let (tat, t) = r.take(0, 5_000_000, 2);
+    assert!(matches!(t, Tally::Bucket { taken: true, .. }));
+    // hits 0: admitted while not over, and nothing is taken.
+    let (after, t) = r.take(tat, 5_000_000, 0);
+    assert_eq!(after, tat);
+    assert!(matches!(t, Tally::Bucket { taken: true, .. }));
+}

@@ -481,3 +481,86 @@ mod tests {
         assert_eq!(admitted, 100);
     }
 }
+
+/// The sliding window's worst case, measured on the memory store with a
+/// simulated clock: a whole budget in the last instant of one window, then a
+/// client that tries every 10 ms but, once refused, waits its Retry-After
+/// (refused requests count, so a client that keeps hammering never gets in).
+#[cfg(test)]
+mod sliding_worst_case {
+    use super::*;
+    use crate::limiter::{Counted, Period, Unit, Window, status};
+    use crate::store::{CounterKey, KeySpace};
+
+    #[test]
+    fn over_any_span_it_admits_at_most_limit_times_one_plus_span_over_window() {
+        let (limit, window_ms) = (100u32, 60_000u64);
+        let s = MemoryStore::default();
+        let space = KeySpace {
+            period: Period::Unit(Unit::Minute),
+            algorithm: Algorithm::SlidingWindow,
+        };
+        let key = CounterKey::new("d", space, [("k", "v")]);
+        let mut admitted_at = Vec::new();
+        let mut quiet_until = 0;
+        // From 59.99 s: the burst; then every 10 ms for two windows.
+        let start_ms = 60_000 * 1_000 - 10;
+        for step in 0..12_000u64 {
+            let now_ms = start_ms + step * 10;
+            let now = Now(now_ms / 1000);
+            let window = Window::containing(Period::Unit(Unit::Minute), now);
+            let tries = if step == 0 { 100 } else { 1 };
+            if now_ms < quiet_until {
+                continue;
+            }
+            for _ in 0..tries {
+                let inc = Increment {
+                    key: key.clone(),
+                    hits: 1,
+                    limit,
+                    window,
+                    algorithm: Algorithm::SlidingWindow,
+                    on_failure: None,
+                };
+                let tally = s.increment_at(std::slice::from_ref(&inc), 0)[0];
+                let st = status(
+                    &Counted {
+                        requests_per_unit: limit,
+                        window,
+                        algorithm: Algorithm::SlidingWindow,
+                        hits: 1,
+                        tally,
+                        elapsed_ms: now_ms - window.start.0 * 1000,
+                        shadow: false,
+                        quota: false,
+                    },
+                    now,
+                );
+                if st.over {
+                    quiet_until = now_ms + st.retry_seconds * 1000;
+                } else {
+                    admitted_at.push(now_ms);
+                }
+            }
+        }
+        // The worst span of one window, and of a tenth of one.
+        let most_in = |span: u64| {
+            admitted_at
+                .iter()
+                .map(|t| {
+                    admitted_at
+                        .iter()
+                        .filter(|u| **u >= *t && **u < t + span)
+                        .count()
+                })
+                .max()
+                .unwrap_or(0)
+        };
+        let whole = most_in(window_ms);
+        let tenth = most_in(window_ms / 10);
+        eprintln!("sliding window of 100/min, worst case: {whole} in 60 s, {tenth} in 6 s");
+        assert!(whole <= 200, "{whole}");
+        assert!(whole > 150, "the worst case is real: {whole}");
+        assert!(tenth <= 110 + 1, "{tenth}");
+    }
+}
