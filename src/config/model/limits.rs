@@ -1,0 +1,260 @@
+//! The `rate_limit` block and its extensions: the reference's fields
+//! (`unit`, `requests_per_unit`, `unlimited`, `name`, `replaces`) and
+//! sluice's (`window`, `algorithm`, `burst`, `on_store_failure`, and the
+//! `rate_limits` list).
+
+use serde_saphyr::Location;
+
+use super::super::yaml::{Node, Value};
+use super::{LimitDef, Parser, RateLimitDef, join, key_of};
+use crate::limiter::{Algorithm, MAX_WINDOW_SECONDS, Period, Unit};
+use crate::store::FailurePolicy;
+
+impl Parser<'_> {
+    pub(super) fn rate_limit(&mut self, node: &Node, path: &str) -> Option<RateLimitDef> {
+        let entries = match &node.value {
+            Value::Map(entries) => entries.as_slice(),
+            Value::Null => &[],
+            other => {
+                let msg = format!(
+                    "error loading config file: rate_limit must be a map, not a {}",
+                    other.kind()
+                );
+                self.error(&node.referenced, path, msg);
+                return None;
+            }
+        };
+        let (mut unit, mut rpu, mut unlimited, mut name, mut replaces) =
+            (None, 0u32, false, None, Vec::new());
+        let (mut window, mut algorithm, mut burst) = (None, None, None);
+        let mut window_given = false;
+        let mut on_failure = None;
+        for (k, v) in entries {
+            let key = key_of(k);
+            let field = join(path, key);
+            match key {
+                "unit" => unit = Some((self.string(v, &field).unwrap_or_default(), v)),
+                "requests_per_unit" => rpu = self.uint32(v, &field),
+                "unlimited" => unlimited = self.boolean(v, &field),
+                "name" => name = self.string(v, &field).filter(|s| !s.is_empty()),
+                "replaces" => replaces = self.replaces(v, &field),
+                "window" => {
+                    window_given = true;
+                    window = self.window(v, &field).map(|w| (w, v));
+                }
+                "algorithm" => algorithm = self.string(v, &field).map(|a| (a, v)),
+                "burst" => burst = Some((self.uint32(v, &field), v)),
+                "on_store_failure" => on_failure = self.failure_policy(v, &field),
+                other => self.misplaced(k, other, "rate_limit"),
+            }
+        }
+        let unit_field = join(path, "unit");
+        let limit = if unlimited {
+            if let Some((u, v)) = &unit
+                && Unit::parse(u).is_some()
+            {
+                self.error(
+                    &v.referenced,
+                    &unit_field,
+                    "should not specify rate limit unit when unlimited",
+                );
+            }
+            LimitDef::Unlimited
+        } else {
+            let period = match (&unit, window) {
+                (Some(_), Some((_, w))) => {
+                    self.error(
+                        &w.referenced,
+                        &join(path, "window"),
+                        "rate_limit has both unit and window; give one",
+                    );
+                    return None;
+                }
+                (None, Some((w, _))) => w,
+                // A window was given and refused: that one error says it.
+                (_, None) if window_given => return None,
+                (_, None) => {
+                    let text = unit.as_ref().map(|(u, _)| u.as_str()).unwrap_or_default();
+                    match Unit::parse(text) {
+                        Some(unit) => Period::Unit(unit),
+                        None => {
+                            let loc = unit
+                                .as_ref()
+                                .map_or(&node.referenced, |(_, v)| &v.referenced);
+                            self.error(
+                                loc,
+                                &unit_field,
+                                format!("invalid rate limit unit '{text}'"),
+                            );
+                            return None;
+                        }
+                    }
+                }
+            };
+            let algorithm = self.algorithm(path, algorithm, burst, rpu)?;
+            LimitDef::Limited {
+                requests_per_unit: rpu,
+                period,
+                algorithm,
+            }
+        };
+        for (i, (r, loc)) in replaces.iter().enumerate() {
+            let field = format!("{path}.replaces[{i}].name");
+            if r.is_empty() {
+                self.error(loc, &field, "should not have an empty replaces entry");
+            } else if name.as_deref() == Some(r.as_str()) {
+                self.error(
+                    loc,
+                    &field,
+                    "replaces should not contain name of same descriptor",
+                );
+            }
+        }
+        Some(RateLimitDef {
+            limit,
+            name,
+            replaces: replaces.into_iter().map(|(r, _)| r).collect(),
+            on_failure,
+        })
+    }
+
+    /// `rate_limits:`, a list of `rate_limit` blocks.
+    pub(super) fn rate_limits(&mut self, node: &Node, path: &str) -> Vec<RateLimitDef> {
+        let Value::Seq(items) = &node.value else {
+            let msg = format!("rate_limits must be a list, not a {}", node.value.kind());
+            self.error(&node.referenced, path, msg);
+            return Vec::new();
+        };
+        if items.is_empty() {
+            self.error(&node.referenced, path, "rate_limits must not be empty");
+        }
+        items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, item)| self.rate_limit(item, &format!("{path}[{i}]")))
+            .collect()
+    }
+
+    /// `on_store_failure: fallback | allow | deny`.
+    fn failure_policy(&mut self, node: &Node, field: &str) -> Option<FailurePolicy> {
+        let text = self.string(node, field)?;
+        let policy = FailurePolicy::parse(&text);
+        if policy.is_none() {
+            let msg = format!("unknown on_store_failure '{text}': fallback, allow or deny");
+            self.error(&node.referenced, field, msg);
+        }
+        policy
+    }
+
+    /// `window: 90s`: whole seconds with an `s`, `m`, `h` or `d` suffix (or a
+    /// bare number of seconds), from 1 s to 366 days.
+    fn window(&mut self, node: &Node, field: &str) -> Option<Period> {
+        let text = match &node.value {
+            Value::Int(i) => format!("{i}s"),
+            Value::Str(s) => s.trim().to_ascii_lowercase(),
+            other => {
+                let msg = format!(
+                    "window must be a duration such as 90s, 15m, 2h or 1d, not a {}",
+                    other.kind()
+                );
+                self.error(&node.referenced, field, msg);
+                return None;
+            }
+        };
+        let scale = match text.chars().last() {
+            Some('s') => 1,
+            Some('m') => 60,
+            Some('h') => 3_600,
+            Some('d') => 86_400,
+            _ => 0,
+        };
+        let seconds = text
+            .get(..text.len().saturating_sub(1))
+            .and_then(|n| n.parse::<u64>().ok())
+            .map(|n| n.saturating_mul(scale))
+            .filter(|n| (1..=u64::from(MAX_WINDOW_SECONDS)).contains(n));
+        match seconds.and_then(|n| u32::try_from(n).ok()) {
+            Some(n) => Some(Period::Seconds(n)),
+            None => {
+                let msg = format!(
+                    "invalid window '{text}': a whole number of seconds from 1s to 366d, with an s, m, h or d suffix"
+                );
+                self.error(&node.referenced, field, msg);
+                None
+            }
+        }
+    }
+
+    /// `algorithm:` (default fixed_window) and its `burst:`.
+    fn algorithm(
+        &mut self,
+        path: &str,
+        algorithm: Option<(String, &Node)>,
+        burst: Option<(u32, &Node)>,
+        rpu: u32,
+    ) -> Option<Algorithm> {
+        let algo = match algorithm.as_ref().map(|(a, v)| (a.as_str(), v)) {
+            None | Some(("fixed_window", _)) => Algorithm::FixedWindow,
+            Some(("sliding_window", _)) => Algorithm::SlidingWindow,
+            Some(("token_bucket", _)) => Algorithm::TokenBucket {
+                burst: burst.map_or(rpu, |(b, _)| b),
+            },
+            Some((other, v)) => {
+                let msg = format!(
+                    "unknown algorithm '{other}': fixed_window, sliding_window or token_bucket"
+                );
+                self.error(&v.referenced, &join(path, "algorithm"), msg);
+                return None;
+            }
+        };
+        if let Some((b, v)) = burst {
+            if !matches!(algo, Algorithm::TokenBucket { .. }) {
+                self.error(
+                    &v.referenced,
+                    &join(path, "burst"),
+                    "burst is only for algorithm: token_bucket",
+                );
+                return None;
+            }
+            if b == 0 {
+                self.error(
+                    &v.referenced,
+                    &join(path, "burst"),
+                    "burst must be at least 1",
+                );
+                return None;
+            }
+        }
+        Some(algo)
+    }
+
+    fn replaces(&mut self, node: &Node, path: &str) -> Vec<(String, Location)> {
+        let items = match &node.value {
+            Value::Seq(items) => items.as_slice(),
+            Value::Null => &[],
+            other => {
+                let msg = format!(
+                    "error loading config file: replaces must be a list, not a {}",
+                    other.kind()
+                );
+                self.error(&node.referenced, path, msg);
+                return Vec::new();
+            }
+        };
+        let mut out = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let mut name = String::new();
+            if let Value::Map(entries) = &item.value {
+                for (k, v) in entries {
+                    let field = format!("{path}[{i}].{}", key_of(k));
+                    match key_of(k) {
+                        "name" => name = self.string(v, &field).unwrap_or_default(),
+                        other => self.misplaced(k, other, "a replaces entry"),
+                    }
+                }
+            }
+            out.push((name, item.referenced));
+        }
+        out
+    }
+}

@@ -1,0 +1,45 @@
+//! Rendering and bounds of the metrics.
+
+use super::*;
+
+#[test]
+fn rule_counters_survive_lookup_and_render() {
+    let m = Metrics::default();
+    let s = m.rule("d", "k_v");
+    s.add(&StatDelta {
+        total_hits: 3,
+        over_limit: 1,
+        ..StatDelta::default()
+    });
+    assert!(Arc::ptr_eq(&s, &m.rule("d", "k_v")));
+    let text = m.render();
+    assert!(text.contains("sluice_rule_total_hits_total{domain=\"d\",rule=\"k_v\"} 3"));
+    assert!(text.contains("sluice_rule_over_limit_total{domain=\"d\",rule=\"k_v\"} 1"));
+}
+
+#[test]
+fn detailed_labels_are_bounded_in_count_and_bytes() {
+    let m = Metrics::with_limits(MetricLimits {
+        detailed_sets: 2,
+        label_bytes: 8,
+    });
+    let rule = m.rule("d", "k");
+    let a = m.detailed("d", "k_a", &rule);
+    assert!(!Arc::ptr_eq(&a, &rule));
+    assert!(Arc::ptr_eq(&a, &m.detailed("d", "k_a", &rule)));
+    assert!(Arc::ptr_eq(&m.detailed("d", "k_long_value", &rule), &rule));
+    let _b = m.detailed("d", "k_b", &rule);
+    assert!(Arc::ptr_eq(&m.detailed("d", "k_c", &rule), &rule));
+    assert!(!m.render().contains("k_long"));
+}
+
+#[test]
+fn histogram_is_cumulative() {
+    let m = Metrics::default();
+    m.request(Outcome::Ok, Duration::from_micros(30));
+    m.request(Outcome::OverLimit, Duration::from_millis(3));
+    let text = m.render();
+    assert!(text.contains("sluice_request_duration_seconds_bucket{le=\"0.00005\"} 1"));
+    assert!(text.contains("sluice_request_duration_seconds_bucket{le=\"0.005\"} 2"));
+    assert!(text.contains("sluice_requests_total{code=\"over_limit\"} 1"));
+}

@@ -1,0 +1,264 @@
+//! The memory store's tests: counting, windows, eviction under floods and
+//! the shapes' state.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::limiter::{Unit, Window};
+use crate::store::CounterKey;
+
+fn inc(v: &str, now: u64) -> Increment {
+    Increment {
+        key: CounterKey::new("d", Unit::Minute, [("k", v)]),
+        hits: 1,
+        limit: 100,
+        window: Window::containing(Unit::Minute, Now(now)),
+        algorithm: Algorithm::FixedWindow,
+        on_failure: None,
+    }
+}
+
+fn counts(t: Vec<Tally>) -> Vec<u64> {
+    t.into_iter()
+        .map(|t| match t {
+            Tally::Count(n) => n,
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn bounded_and_a_flood_of_new_keys_does_not_reset_a_busy_counter() {
+    let s = MemoryStore::with_capacity(SHARDS * 8);
+    // A client that spent 30 of its 100 hits, then a flood of one-hit keys.
+    for _ in 0..30 {
+        s.increment_now(&[inc("victim", 60)]);
+    }
+    for i in 0..100_000 {
+        s.increment_now(&[inc(&format!("flood{i}"), 60)]);
+    }
+    assert!(s.sweep(Now(60)) <= SHARDS * 8);
+    assert!(s.stats().evictions >= 100_000 - (SHARDS * 8) as u64);
+    assert_eq!(counts(s.increment_now(&[inc("victim", 61)])), [31], "kept");
+}
+
+#[test]
+fn over_limit_counters_outlive_busy_ones_when_full() {
+    let s = MemoryStore::with_capacity(SHARDS * 8);
+    let over = |v: &str| Increment {
+        limit: 3,
+        ..inc(v, 60)
+    };
+    for _ in 0..5 {
+        s.increment_now(&[over("blocked")]);
+    }
+    // Every other counter has more hits, but none is over its limit.
+    for i in 0..2_000 {
+        for _ in 0..10 {
+            s.increment_now(&[inc(&format!("busy{i}"), 60)]);
+        }
+    }
+    assert_eq!(counts(s.increment_now(&[over("blocked")])), [6]);
+}
+
+#[test]
+fn ended_windows_make_room_before_anything_live_goes() {
+    let s = MemoryStore::with_capacity(SHARDS);
+    for i in 0..500 {
+        s.increment_now(&[inc(&format!("old{i}"), 60)]);
+    }
+    let before = s.stats().evictions;
+    for _ in 0..3 {
+        s.increment_now(&[inc("new", 120)]);
+    }
+    assert_eq!(counts(s.increment_now(&[inc("new", 121)])), [4]);
+    assert_eq!(s.stats().evictions, before, "an ended window went instead");
+}
+
+#[test]
+fn counts_per_key_and_restarts_each_window() {
+    let s = MemoryStore::default();
+    assert_eq!(
+        counts(s.increment_now(&[inc("a", 60), inc("a", 61), inc("b", 61)])),
+        [1, 2, 1]
+    );
+    assert_eq!(counts(s.increment_now(&[inc("a", 120)])), [1]);
+}
+
+fn shaped(v: &str, algorithm: Algorithm, now: u64) -> Increment {
+    let period = crate::limiter::Period::Seconds(10);
+    Increment {
+        key: CounterKey::new(
+            "d",
+            crate::store::KeySpace { period, algorithm },
+            [("k", v)],
+        ),
+        hits: 1,
+        limit: 5,
+        window: Window::containing(period, Now(now)),
+        algorithm,
+        on_failure: None,
+    }
+}
+
+#[test]
+fn a_sliding_window_carries_the_previous_window_once() {
+    let s = MemoryStore::default();
+    let at = |now| shaped("a", Algorithm::SlidingWindow, now);
+    for _ in 0..3 {
+        s.increment_at(&[at(100)], 0);
+    }
+    assert_eq!(
+        s.increment_at(&[at(111)], 0),
+        [Tally::Sliding {
+            current: 1,
+            previous: 3
+        }]
+    );
+    // Two windows on, nothing carries.
+    assert_eq!(
+        s.increment_at(&[at(135)], 0),
+        [Tally::Sliding {
+            current: 1,
+            previous: 0
+        }]
+    );
+    // Kept through the next window, then swept.
+    assert_eq!(s.sweep(Now(145)), 1);
+    assert_eq!(s.sweep(Now(150)), 0);
+}
+
+#[test]
+fn a_token_bucket_is_exact_and_refills() {
+    let s = MemoryStore::default();
+    let b = shaped("b", Algorithm::TokenBucket { burst: 5 }, 100);
+    let t0 = 100_000_000;
+    let taken = (0..20)
+        .filter(|_| {
+            matches!(
+                s.increment_at(std::slice::from_ref(&b), t0)[0],
+                Tally::Bucket { taken: true, .. }
+            )
+        })
+        .count();
+    assert_eq!(taken, 5, "burst 5, nothing refilled yet");
+    // 5 per 10 s: one token every 2 s.
+    assert!(matches!(
+        s.increment_at(std::slice::from_ref(&b), t0 + 1_999_999)[0],
+        Tally::Bucket { taken: false, .. }
+    ));
+    assert!(matches!(
+        s.increment_at(std::slice::from_ref(&b), t0 + 2_000_000)[0],
+        Tally::Bucket { taken: true, .. }
+    ));
+    // A full bucket is the same as none: swept once full.
+    assert_eq!(s.sweep(Now(113)), 0);
+}
+
+#[test]
+fn sweep_frees_ended_windows() {
+    let s = MemoryStore::default();
+    s.increment_now(&[inc("a", 60), inc("b", 60)]);
+    assert_eq!(s.sweep(Now(119)), 2);
+    assert_eq!(s.sweep(Now(120)), 0);
+    assert!(s.is_empty());
+}
+
+#[test]
+fn exact_under_concurrency() {
+    let s = Arc::new(MemoryStore::default());
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                (0..1000)
+                    .filter(|_| counts(s.increment_now(&[inc("hot", 60)]))[0] <= 100)
+                    .count()
+            })
+        })
+        .collect();
+    let admitted: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(admitted, 100);
+}
+
+/// The sliding window's worst case, measured on the memory store with a
+/// simulated clock: a whole budget in the last instant of one window, then a
+/// client that tries every 10 ms but, once refused, waits its Retry-After
+/// (refused requests count, so a client that keeps hammering never gets in).
+mod sliding_worst_case {
+    use super::*;
+    use crate::limiter::{Counted, Period, Unit, Window, status};
+    use crate::store::{CounterKey, KeySpace};
+
+    #[test]
+    fn over_any_span_it_admits_at_most_limit_times_one_plus_span_over_window() {
+        let (limit, window_ms) = (100u32, 60_000u64);
+        let s = MemoryStore::default();
+        let space = KeySpace {
+            period: Period::Unit(Unit::Minute),
+            algorithm: Algorithm::SlidingWindow,
+        };
+        let key = CounterKey::new("d", space, [("k", "v")]);
+        let mut admitted_at = Vec::new();
+        let mut quiet_until = 0;
+        // From 59.99 s: the burst; then every 10 ms for two windows.
+        let start_ms = 60_000 * 1_000 - 10;
+        for step in 0..12_000u64 {
+            let now_ms = start_ms + step * 10;
+            let now = Now(now_ms / 1000);
+            let window = Window::containing(Period::Unit(Unit::Minute), now);
+            let tries = if step == 0 { 100 } else { 1 };
+            if now_ms < quiet_until {
+                continue;
+            }
+            for _ in 0..tries {
+                let inc = Increment {
+                    key: key.clone(),
+                    hits: 1,
+                    limit,
+                    window,
+                    algorithm: Algorithm::SlidingWindow,
+                    on_failure: None,
+                };
+                let tally = s.increment_at(std::slice::from_ref(&inc), 0)[0];
+                let st = status(
+                    &Counted {
+                        requests_per_unit: limit,
+                        window,
+                        algorithm: Algorithm::SlidingWindow,
+                        hits: 1,
+                        tally,
+                        elapsed_ms: now_ms - window.start.0 * 1000,
+                        shadow: false,
+                        quota: false,
+                    },
+                    now,
+                );
+                if st.over {
+                    quiet_until = now_ms + st.retry_seconds * 1000;
+                } else {
+                    admitted_at.push(now_ms);
+                }
+            }
+        }
+        // The worst span of one window, and of a tenth of one.
+        let most_in = |span: u64| {
+            admitted_at
+                .iter()
+                .map(|t| {
+                    admitted_at
+                        .iter()
+                        .filter(|u| **u >= *t && **u < t + span)
+                        .count()
+                })
+                .max()
+                .unwrap_or(0)
+        };
+        let whole = most_in(window_ms);
+        let tenth = most_in(window_ms / 10);
+        eprintln!("sliding window of 100/min, worst case: {whole} in 60 s, {tenth} in 6 s");
+        assert!(whole <= 200, "{whole}");
+        assert!(whole > 150, "the worst case is real: {whole}");
+        assert!(tenth <= 110 + 1, "{tenth}");
+    }
+}

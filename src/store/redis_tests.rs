@@ -1,0 +1,118 @@
+//! Key rendering, masking and seeds.
+
+use super::*;
+use crate::limiter::{Unit, Window};
+
+#[test]
+fn passwords_are_masked() {
+    assert_eq!(
+        mask("rediss://app:s3cret@cache:6380/0"),
+        "rediss://app:***@cache:6380/0"
+    );
+    assert_eq!(
+        mask("redis://:s3cret@cache:6379"),
+        "redis://:***@cache:6379"
+    );
+    assert_eq!(mask("redis://cache:6379"), "redis://cache:6379");
+    let t = Target::Cluster(vec!["redis://u:p@a:7000".into(), "b:7001".into()]);
+    assert!(!format!("{t} {t:?}").contains(":p@"));
+}
+
+#[test]
+fn cluster_seeds_inherit_scheme_and_credentials() {
+    let t = Target::Cluster(vec!["rediss://u:p@a:7000".into(), "b:7001".into()]);
+    assert_eq!(seeds(&t), ["rediss://u:p@a:7000", "rediss://u:p@b:7001"]);
+    let t = Target::Cluster(vec!["a:7000".into(), "b:7001".into()]);
+    assert_eq!(seeds(&t), ["redis://a:7000", "redis://b:7001"]);
+}
+
+#[test]
+fn key_formats() {
+    let k = CounterKey::new("domain", Unit::Second, [("key", "value")]);
+    let w = Window::containing(Unit::Second, Now(1234));
+    assert_eq!(
+        render_key(
+            "",
+            KeyFormat::Envoyproxy,
+            &k,
+            Algorithm::FixedWindow,
+            w.start.0,
+            "SECOND"
+        ),
+        "domain_key_value_1234"
+    );
+    assert_eq!(
+        render_key(
+            "prefix:",
+            KeyFormat::Envoyproxy,
+            &k,
+            Algorithm::FixedWindow,
+            1234,
+            "SECOND"
+        ),
+        "prefix:domain_key_value_1234"
+    );
+    let two = CounterKey::new(
+        "domain",
+        Unit::Minute,
+        [("key2", "value2"), ("subkey2", "subvalue2")],
+    );
+    assert_eq!(
+        render_key(
+            "",
+            KeyFormat::Envoyproxy,
+            &two,
+            Algorithm::FixedWindow,
+            1200,
+            "MINUTE"
+        ),
+        "domain_key2_value2_subkey2_subvalue2_1200"
+    );
+    let s = render_key(
+        "p:",
+        KeyFormat::Sluice,
+        &k,
+        Algorithm::FixedWindow,
+        1234,
+        "SECOND",
+    );
+    assert!(s.starts_with("p:domain:SECOND:1234:"), "{s}");
+    assert_eq!(s.len(), "p:domain:SECOND:1234:".len() + 32);
+    let email = CounterKey::new("d", Unit::Hour, [("email", "a@example.com")]);
+    assert!(
+        !render_key(
+            "",
+            KeyFormat::Sluice,
+            &email,
+            Algorithm::FixedWindow,
+            0,
+            "HOUR"
+        )
+        .contains("example")
+    );
+    // Values that collide in the reference's format do not in sluice's.
+    let a = CounterKey::new("d", Unit::Hour, [("a", "b_c")]);
+    let b = CounterKey::new("d", Unit::Hour, [("a_b", "c")]);
+    assert_eq!(
+        render_key(
+            "",
+            KeyFormat::Envoyproxy,
+            &a,
+            Algorithm::FixedWindow,
+            0,
+            "HOUR"
+        ),
+        render_key(
+            "",
+            KeyFormat::Envoyproxy,
+            &b,
+            Algorithm::FixedWindow,
+            0,
+            "HOUR"
+        )
+    );
+    assert_ne!(
+        render_key("", KeyFormat::Sluice, &a, Algorithm::FixedWindow, 0, "HOUR"),
+        render_key("", KeyFormat::Sluice, &b, Algorithm::FixedWindow, 0, "HOUR")
+    );
+}
