@@ -16,7 +16,8 @@ use sluice::metrics::{MetricLimits, Metrics};
 use sluice::privacy::Privacy;
 use sluice::request::Limits;
 use sluice::server::{self, GrpcLimits, Listeners, ServeOptions};
-use sluice::service::{RateLimiter, ResponseHeaders, Settings};
+use sluice::service::{Knobs, RateLimiter, ResponseHeaders, Settings};
+use sluice::statsd::StatsdConfig;
 use sluice::store::redis::{KeyFormat, RedisConfig, RedisStore, Target};
 use sluice::store::{
     DEFAULT_MAX_COUNTERS, FailurePolicy, MemoryStore, Resilient, ResilientOptions, Store,
@@ -106,6 +107,13 @@ struct ServeArgs {
     /// Answer OK to every request while still counting and reporting.
     #[arg(long, env = "SLUICE_SHADOW_MODE")]
     shadow_mode: bool,
+    /// Treat every descriptor as a quota descriptor (the reference's QUOTA_MODE):
+    /// a request is over only when all its descriptors are.
+    #[arg(long, env = "SLUICE_QUOTA_MODE")]
+    quota_mode: bool,
+    /// Share of a limit above which hits count as near_limit (NEAR_LIMIT_RATIO).
+    #[arg(long, env = "SLUICE_NEAR_LIMIT_RATIO", default_value_t = 0.8, value_parser = parse_ratio)]
+    near_limit_ratio: f32,
     /// Rate-limit headers sluice adds to every answer itself: none (Envoy's
     /// enable_x_ratelimit_headers builds draft-03 from the statuses), draft03
     /// (X-RateLimit-*, the reference's LIMIT_RESPONSE_HEADERS_ENABLED) or ietf
@@ -151,6 +159,15 @@ struct ServeArgs {
     worker_threads: Option<usize>,
     #[command(flatten)]
     store: StoreArgs,
+    /// Send the reference's stats to this statsd (host:port, UDP).
+    #[arg(long, env = "SLUICE_STATSD_ADDR")]
+    statsd_addr: Option<String>,
+    /// How often stats are sent to --statsd-addr.
+    #[arg(long, env = "SLUICE_STATSD_FLUSH_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    statsd_flush_interval: Duration,
+    /// DogStatsD tags sent with every stat (comma list of key:value).
+    #[arg(long, env = "SLUICE_STATSD_TAGS", value_delimiter = ',')]
+    statsd_tags: Vec<String>,
     #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
     /// Log filter: a level (info, debug, ...) or a tracing directive.
@@ -388,6 +405,32 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("'{s}' is not a duration such as 10s or 500ms"))
 }
 
+fn statsd_config(args: &ServeArgs) -> anyhow::Result<Option<StatsdConfig>> {
+    let Some(addr) = &args.statsd_addr else {
+        return Ok(None);
+    };
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(addr.as_str())
+        .ok()
+        .and_then(|mut a| a.next())
+        .with_context(|| format!("--statsd-addr '{addr}' is not a reachable host:port"))?;
+    Ok(Some(StatsdConfig {
+        addr,
+        interval: args.statsd_flush_interval,
+        tags: args
+            .statsd_tags
+            .iter()
+            .map(|t| t.trim().to_owned())
+            .collect(),
+    }))
+}
+
+fn parse_ratio(s: &str) -> Result<f32, String> {
+    s.parse::<f32>()
+        .ok()
+        .filter(|r| (0.0..=1.0).contains(r))
+        .ok_or_else(|| format!("'{s}' is not a ratio between 0 and 1"))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -531,6 +574,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             ),
             limits: args.limits.limits(),
             response_headers: args.response_headers,
+            knobs: Knobs {
+                quota_mode: args.quota_mode,
+                near_ratio: args.near_limit_ratio,
+            },
         };
         let store = args.store.build(&metrics)?;
         let limiter = RateLimiter::new(rules.clone(), store, metrics.clone(), settings);
@@ -544,6 +591,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             tls,
             grpc: args.conns.grpc(),
             admin: args.conns.admin(),
+            statsd: statsd_config(&args)?,
         };
         server::run(
             listeners,

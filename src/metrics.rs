@@ -105,7 +105,19 @@ pub enum Outcome {
 }
 
 /// Domain and rule path; shared, so a scrape copies pointers, not text.
-type RuleKey = (Arc<str>, Arc<str>);
+pub type RuleKey = (Arc<str>, Arc<str>);
+
+/// Service-level counters since start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServiceTotals {
+    pub requests: u64,
+    pub latency_count: u64,
+    pub latency_nanos: u64,
+    pub config_loads: u64,
+    pub config_load_errors: u64,
+    pub global_shadow_mode: u64,
+    pub domain_not_found: u64,
+}
 /// Rule counters by domain, then by rule path (two levels, so a lookup
 /// borrows the request's strings instead of allocating a key).
 type RuleMap = BTreeMap<Arc<str>, BTreeMap<Arc<str>, Arc<RuleStats>>>;
@@ -122,6 +134,7 @@ pub struct Metrics {
     requests_invalid: AtomicU64,
     latency: Histogram,
     domain_not_found: AtomicU64,
+    global_shadow_mode: AtomicU64,
     config_loads: AtomicU64,
     config_load_errors: AtomicU64,
     config_generation: AtomicU64,
@@ -214,6 +227,34 @@ impl Metrics {
             .clone()
     }
 
+    /// Every rule's counters (and each `detailed_metric` label set's), by
+    /// domain and path. Copies pointers under the lock and lets go: requests
+    /// that look up a rule's counters never wait for a scrape or a flush.
+    pub fn rule_snapshot(&self) -> Vec<(RuleKey, Arc<RuleStats>)> {
+        self.rules
+            .lock()
+            .iter()
+            .flat_map(|(domain, paths)| {
+                paths
+                    .iter()
+                    .map(|(path, v)| ((domain.clone(), path.clone()), v.clone()))
+            })
+            .collect()
+    }
+
+    /// The service-level totals, for statsd.
+    pub fn service_totals(&self) -> ServiceTotals {
+        ServiceTotals {
+            requests: self.requests_total(),
+            latency_count: self.latency.count.load(Relaxed),
+            latency_nanos: self.latency.sum_nanos.load(Relaxed),
+            config_loads: self.config_loads.load(Relaxed),
+            config_load_errors: self.config_load_errors.load(Relaxed),
+            global_shadow_mode: self.global_shadow_mode.load(Relaxed),
+            domain_not_found: self.domain_not_found.load(Relaxed),
+        }
+    }
+
     /// Every ShouldRateLimit call answered so far, whatever the answer.
     pub fn requests_total(&self) -> u64 {
         self.requests_ok.load(Relaxed)
@@ -229,6 +270,11 @@ impl Metrics {
         };
         c.fetch_add(1, Relaxed);
         self.latency.observe(took);
+    }
+
+    /// Global shadow mode let an over-limit request through.
+    pub fn global_shadow_mode(&self) {
+        self.global_shadow_mode.fetch_add(1, Relaxed);
     }
 
     pub fn domain_not_found(&self) {
@@ -325,6 +371,8 @@ impl Metrics {
 }
 
 mod render;
+
+pub(crate) use render::RULE_COUNTERS;
 
 #[cfg(test)]
 #[path = "metrics_tests.rs"]

@@ -19,6 +19,7 @@ use crate::conn::{self, Activity, ConnLimits, Guarded, IdleBy, InFlight};
 use crate::limiter::Now;
 use crate::metrics::{Listener, Metrics, Outcome};
 use crate::service::RateLimiter;
+use crate::statsd::{self, StatsdConfig};
 use crate::tls::{self, Tls};
 
 /// The gRPC server, plain or TLS, as one type.
@@ -64,6 +65,8 @@ pub struct ServeOptions {
     pub grpc: GrpcLimits,
     /// Bounds and access rules of the admin listener.
     pub admin: AdminLimits,
+    /// Send the reference's stats over UDP.
+    pub statsd: Option<StatsdConfig>,
 }
 
 /// What one client may hold on the gRPC listener.
@@ -137,6 +140,10 @@ pub async fn run(
     };
 
     let sweeper = tokio::spawn(sweep(limiter.clone(), token.clone()));
+    let statsd = opts
+        .statsd
+        .clone()
+        .map(|cfg| tokio::spawn(statsd::run(cfg, limiter.metrics().clone(), token.clone())));
     let store_task = limiter
         .store()
         .clone()
@@ -238,6 +245,9 @@ pub async fn run(
         let _ = t.await;
     }
     let _ = watcher.await;
+    if let Some(t) = statsd {
+        let _ = t.await;
+    }
     if let Some(t) = tls_task {
         let _ = t.await;
     }

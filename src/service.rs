@@ -24,6 +24,7 @@ mod metadata;
 mod resolve;
 
 pub use headers::ResponseHeaders;
+pub use resolve::Knobs;
 
 use resolve::{Resolved, resolve};
 
@@ -40,6 +41,8 @@ pub struct Settings {
     pub limits: Limits,
     /// Rate-limit headers sluice adds to every answer (`--response-headers`).
     pub response_headers: ResponseHeaders,
+    /// Global quota mode and the near-limit ratio.
+    pub knobs: Knobs,
 }
 
 /// Why a request got no decision.
@@ -173,7 +176,7 @@ impl RateLimiter {
                     Resolved::Counted(c) => c,
                 };
                 let tally = counts.next().unwrap_or(Tally::Count(u64::MAX));
-                let s = c.decide(d.hits, tally, now_ms);
+                let s = c.decide(d.hits, tally, now_ms, &self.settings.knobs);
                 match (&c.metric_path, c.rule) {
                     (Some(path), Some(rule)) => self
                         .metrics
@@ -200,6 +203,9 @@ impl RateLimiter {
             statuses.push(tightest.map_or_else(ok_status, |(_, st)| st));
         }
         let summary = limiter::summarize(&decided, self.settings.global_shadow);
+        if summary.shadowed {
+            self.metrics.global_shadow_mode();
+        }
         let mut response = RateLimitResponse {
             overall_code: if summary.over {
                 Code::OverLimit

@@ -177,8 +177,11 @@ fn shared<'a>(walked: &[&'a Node]) -> Vec<(usize, &'a str)> {
 }
 
 fn metric_path<S: AsRef<str>>(rule: &Rule, walked: &[&Node], entries: &[(S, S)]) -> Option<String> {
+    // A level that shares its counter (`share_threshold`) is named by its
+    // pattern, never by the runtime value, even under `detailed_metric`:
+    // the reference's stats name it so, and the values would be unbounded.
     let dynamic =
-        |n: &Node| rule.detailed_metric || (n.value_to_metric && n.shared_value.is_none());
+        |n: &Node| n.shared_value.is_none() && (rule.detailed_metric || n.value_to_metric);
     if !walked.iter().any(|n| dynamic(n)) {
         return None;
     }

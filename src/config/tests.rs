@@ -381,3 +381,14 @@ fn rlconfig_dump_is_sorted_in_the_reference_format() {
     sorted.sort();
     assert_eq!(dump, sorted);
 }
+
+#[test]
+fn detailed_metrics_name_a_shared_level_by_its_pattern() {
+    // The reference's stats: `service_svc/*` whatever the runtime value.
+    let r = compile_one(
+        "domain: api\ndescriptors:\n  - key: service\n    value: svc/*\n    share_threshold: true\n    descriptors:\n      - key: user\n        detailed_metric: true\n        rate_limit: {unit: minute, requests_per_unit: 5}\n",
+    );
+    let d = r.domain("api").unwrap();
+    let m = d.find(&[("service", "svc/a1"), ("user", "bob")]).unwrap();
+    assert_eq!(m.metric_path.as_deref(), Some("service_svc/*.user_bob"));
+}

@@ -22,7 +22,7 @@ pub fn hits(request_addend: u32, descriptor_addend: Option<u64>) -> u64 {
 }
 
 /// One counted descriptor after the store answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Counted {
     pub requests_per_unit: u32,
     pub window: Window,
@@ -34,6 +34,9 @@ pub struct Counted {
     pub elapsed_ms: u64,
     pub shadow: bool,
     pub quota: bool,
+    /// The share of the limit above which hits count as `near_limit`
+    /// (`--near-limit-ratio`, [`NEAR_LIMIT_RATIO`] by default).
+    pub near_ratio: f32,
 }
 
 /// The decision for one counted descriptor.
@@ -102,7 +105,7 @@ pub fn status(c: &Counted, now: Now) -> Status {
 fn counted_status(c: &Counted, after: u64, reset: u64, wait: Option<u64>) -> Status {
     let limit = u64::from(c.requests_per_unit);
     let before = after.saturating_sub(c.hits);
-    let near = (c.requests_per_unit as f32 * NEAR_LIMIT_RATIO).floor() as u64;
+    let near = (c.requests_per_unit as f32 * c.near_ratio).floor() as u64;
     let mut stats = StatDelta {
         total_hits: c.hits,
         ..StatDelta::default()
@@ -146,7 +149,7 @@ fn bucket_status(c: &Counted, taken: bool, debt_us: u64) -> Status {
     };
     let refill = Refill::new(c.requests_per_unit, c.window.period.seconds(), burst);
     let tokens = refill.tokens(debt_us);
-    let near = (burst as f32 * (1.0 - NEAR_LIMIT_RATIO)).floor() as u64;
+    let near = (burst as f32 * (1.0 - c.near_ratio)).floor() as u64;
     let mut stats = StatDelta {
         total_hits: c.hits,
         ..StatDelta::default()
@@ -176,6 +179,8 @@ fn bucket_status(c: &Counted, taken: bool, debt_us: u64) -> Status {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Summary {
     pub over: bool,
+    /// Global shadow mode turned an over-limit answer into OK.
+    pub shadowed: bool,
     /// Whole seconds a client should wait, only when `over`.
     pub retry_after: Option<u64>,
 }
@@ -208,10 +213,12 @@ pub fn summarize<'a>(
     match blocking {
         Some(wait) if !global_shadow => Summary {
             over: true,
+            shadowed: false,
             retry_after: Some(wait.max(1)),
         },
-        _ => Summary {
+        blocked => Summary {
             over: false,
+            shadowed: blocked.is_some(),
             retry_after: None,
         },
     }

@@ -10,6 +10,7 @@ fn counted(limit: u32, hits: u64, after: u64) -> Counted {
         elapsed_ms: 0,
         shadow: false,
         quota: false,
+        near_ratio: NEAR_LIMIT_RATIO,
     }
 }
 
@@ -83,6 +84,7 @@ fn shadow_mode_allows_and_counts() {
         summarize([&s], false),
         Summary {
             over: false,
+            shadowed: false,
             retry_after: None
         }
     );
@@ -102,6 +104,7 @@ fn retry_after_is_the_latest_reset_of_the_over_descriptors() {
         s,
         Summary {
             over: true,
+            shadowed: false,
             retry_after: Some(40)
         }
     );
@@ -123,6 +126,7 @@ fn global_shadow_allows_everything_without_retry_after() {
         summarize([&s], true),
         Summary {
             over: false,
+            shadowed: true,
             retry_after: None
         }
     );
@@ -148,6 +152,7 @@ fn quota_mode_is_over_only_when_every_quota_descriptor_is() {
         summarize([&sa, &sb], false),
         Summary {
             over: true,
+            shadowed: false,
             retry_after: Some(7)
         }
     );
@@ -167,6 +172,7 @@ fn a_bucket_in_shadow_mode_reports_but_never_blocks() {
         elapsed_ms: 0,
         shadow: true,
         quota: false,
+        near_ratio: NEAR_LIMIT_RATIO,
     };
     let s = status(&c, NOW);
     assert!(!s.over);

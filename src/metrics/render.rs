@@ -1,10 +1,9 @@
 //! The Prometheus text exposition, rendered by hand.
 
 use std::fmt::Write as _;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use super::{BUCKETS, Histogram, Metrics, RuleKey, RuleStats};
+use super::{BUCKETS, Histogram, Metrics, RuleStats};
 
 impl Metrics {
     /// The Prometheus text exposition of every metric.
@@ -12,16 +11,7 @@ impl Metrics {
         let mut out = String::with_capacity(4096);
         // Copy the pointers and let go: requests that look up a rule's
         // counters never wait for a scrape to format its text.
-        let rules: Vec<(RuleKey, Arc<RuleStats>)> = self
-            .rules
-            .lock()
-            .iter()
-            .flat_map(|(domain, paths)| {
-                paths
-                    .iter()
-                    .map(|(path, v)| ((domain.clone(), path.clone()), v.clone()))
-            })
-            .collect();
+        let rules = self.rule_snapshot();
         for (name, help, get) in RULE_COUNTERS {
             let _ = writeln!(out, "# HELP sluice_rule_{name}_total {help}");
             let _ = writeln!(out, "# TYPE sluice_rule_{name}_total counter");
@@ -63,6 +53,12 @@ impl Metrics {
                 "counter",
                 "Requests for a domain no rule defines (answered OK).",
                 &self.domain_not_found,
+            ),
+            (
+                "sluice_global_shadow_mode_total",
+                "counter",
+                "Over-limit requests let through by --shadow-mode.",
+                &self.global_shadow_mode,
             ),
             (
                 "sluice_config_loads_total",
@@ -215,9 +211,10 @@ fn write_histogram(out: &mut String, name: &str, help: &str, h: &Histogram) {
     let _ = writeln!(out, "{name}_count {count}");
 }
 
-type Getter = fn(&RuleStats) -> &AtomicU64;
+pub(crate) type Getter = fn(&RuleStats) -> &AtomicU64;
 
-const RULE_COUNTERS: [(&str, &str, Getter); 5] = [
+/// Each rule counter: its name, its help text and how to read it.
+pub(crate) const RULE_COUNTERS: [(&str, &str, Getter); 5] = [
     ("total_hits", "Hits counted against the rule.", |s| {
         &s.total_hits
     }),

@@ -17,6 +17,24 @@ use crate::store::{CounterKey, Increment, KeySpace};
 
 use super::headers::Shown;
 
+/// Server-wide settings a decision reads.
+#[derive(Debug, Clone, Copy)]
+pub struct Knobs {
+    /// Every descriptor is a quota descriptor (`--quota-mode`).
+    pub quota_mode: bool,
+    /// `--near-limit-ratio`.
+    pub near_ratio: f32,
+}
+
+impl Default for Knobs {
+    fn default() -> Self {
+        Knobs {
+            quota_mode: false,
+            near_ratio: limiter::NEAR_LIMIT_RATIO,
+        }
+    }
+}
+
 /// A descriptor that will be counted: a configured rule, or Envoy's override.
 pub(super) struct Counting<'a> {
     pub(super) requests_per_unit: u32,
@@ -49,7 +67,13 @@ impl Counting<'_> {
         }
     }
 
-    pub(super) fn decide(&self, hits: u64, tally: Tally, now_ms: u64) -> limiter::Status {
+    pub(super) fn decide(
+        &self,
+        hits: u64,
+        tally: Tally,
+        now_ms: u64,
+        knobs: &Knobs,
+    ) -> limiter::Status {
         let now = Now(now_ms / 1000);
         let window = Window::containing(self.period, now);
         limiter::status(
@@ -61,7 +85,8 @@ impl Counting<'_> {
                 tally,
                 elapsed_ms: now_ms.saturating_sub(window.start.0.saturating_mul(1000)),
                 shadow: self.rule.is_some_and(|r| r.shadow_mode),
-                quota: self.rule.is_some_and(|r| r.quota_mode),
+                quota: knobs.quota_mode || self.rule.is_some_and(|r| r.quota_mode),
+                near_ratio: knobs.near_ratio,
             },
             now,
         )

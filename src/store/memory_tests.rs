@@ -231,6 +231,7 @@ mod sliding_worst_case {
                         elapsed_ms: now_ms - window.start.0 * 1000,
                         shadow: false,
                         quota: false,
+                        near_ratio: crate::limiter::NEAR_LIMIT_RATIO,
                     },
                     now,
                 );

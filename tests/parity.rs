@@ -1,0 +1,146 @@
+//! Parity with envoyproxy/ratelimit's settings and stats: statsd packets with
+//! the reference's names, global quota mode, the near-limit ratio, and the
+//! global shadow mode counter.
+
+mod common;
+
+use std::net::UdpSocket;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const RULES: &str = "
+domain: web
+descriptors:
+  - key: k1
+    value: v1
+    descriptors:
+      - key: sub
+        rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: ip
+    detailed_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: a
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: b
+    rate_limit: {unit: hour, requests_per_unit: 1}
+";
+
+/// Every statsd line received within `within` until `done` says enough.
+fn receive(sock: &UdpSocket, within: Duration, done: impl Fn(&[String]) -> bool) -> Vec<String> {
+    sock.set_read_timeout(Some(Duration::from_millis(100))).ok();
+    let deadline = Instant::now() + within;
+    let mut lines = Vec::new();
+    let mut buf = [0u8; 2048];
+    while Instant::now() < deadline && !done(&lines) {
+        if let Ok(n) = sock.recv(&mut buf) {
+            lines.extend(
+                String::from_utf8_lossy(&buf[..n])
+                    .lines()
+                    .map(str::to_owned),
+            );
+        }
+    }
+    lines
+}
+
+#[tokio::test]
+async fn statsd_carries_the_references_stat_names() {
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = sock.local_addr().unwrap().to_string();
+    let s = Sluice::start(
+        &[("web.yaml", RULES)],
+        &[
+            "--statsd-addr",
+            &addr,
+            "--statsd-flush-interval",
+            "100ms",
+            "--statsd-tags",
+            "env:test",
+            "--shadow-mode",
+        ],
+    );
+    let mut c = s.client().await;
+    for _ in 0..3 {
+        ask(&mut c, "web", &[("k1", "v1"), ("sub", "x")]).await;
+    }
+    ask(&mut c, "web", &[("ip", "10.0.0.1")]).await;
+    let want = [
+        "ratelimit.service.rate_limit.web.k1_v1.sub.total_hits:3|c|#env:test",
+        "ratelimit.service.rate_limit.web.k1_v1.sub.over_limit:1|c|#env:test",
+        "ratelimit.service.rate_limit.web.k1_v1.sub.within_limit:2|c|#env:test",
+        // detailed_metric: the runtime value, with the IPv4 dots sanitised.
+        "ratelimit.service.rate_limit.web.ip_10_0_0_1.total_hits:1|c|#env:test",
+        // --shadow-mode let the third request through.
+        "ratelimit.service.global_shadow_mode:1|c|#env:test",
+    ];
+    let lines = receive(&sock, Duration::from_secs(10), |l| {
+        want.iter().all(|w| l.iter().any(|x| x == w))
+    });
+    for w in want {
+        assert!(lines.iter().any(|l| l == w), "{w} not in {lines:#?}");
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("ratelimit_server.ShouldRateLimit.total_requests:")),
+        "{lines:#?}"
+    );
+    assert!(
+        lines.iter().any(
+            |l| l.starts_with("ratelimit_server.ShouldRateLimit.response_time:")
+                && l.contains("|ms")
+        ),
+        "{lines:#?}"
+    );
+    let m = s.get("/metrics").1;
+    assert_eq!(metric(&m, "sluice_global_shadow_mode_total"), Some(1.0));
+}
+
+#[tokio::test]
+async fn global_quota_mode_makes_every_descriptor_a_quota() {
+    let s = Sluice::start(&[("web.yaml", RULES)], &["--quota-mode"]);
+    let mut c = s.client().await;
+    let both = || {
+        request(
+            "web",
+            vec![descriptor(&[("a", "x")]), descriptor(&[("b", "x")])],
+        )
+    };
+    let r = c.should_rate_limit(both()).await.unwrap().into_inner();
+    assert_eq!(r.overall_code, OK);
+    // Both over: only now is the request over (one alone would not be).
+    let r = c.should_rate_limit(both()).await.unwrap().into_inner();
+    assert_eq!(r.overall_code, OVER);
+    let s2 = Sluice::start(&[("web.yaml", RULES)], &["--quota-mode"]);
+    let mut c2 = s2.client().await;
+    ask(&mut c2, "web", &[("a", "y")]).await;
+    let r = c2
+        .should_rate_limit(request(
+            "web",
+            vec![descriptor(&[("a", "y")]), descriptor(&[("b", "y")])],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.overall_code, OK, "one quota still has room");
+}
+
+#[tokio::test]
+async fn the_near_limit_ratio_is_a_setting() {
+    let s = Sluice::start(&[("web.yaml", RULES)], &["--near-limit-ratio", "0.5"]);
+    let mut c = s.client().await;
+    for i in 0..7 {
+        ask(&mut c, "web", &[("ip", &format!("n{}", i / 7))]).await;
+    }
+    let m = s.get("/metrics").1;
+    // 10 per hour at 0.5: hits 6 and 7 are near the limit (0.8 would say 0).
+    assert_eq!(
+        metric(
+            &m,
+            "sluice_rule_near_limit_total{domain=\"web\",rule=\"ip_n0\"}"
+        ),
+        Some(2.0),
+        "{m}"
+    );
+}
