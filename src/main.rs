@@ -18,7 +18,7 @@ use sluice::request::Limits;
 use sluice::server::{self, GrpcLimits, Listeners, ServeOptions};
 use sluice::service::{Knobs, RateLimiter, ResponseHeaders, Settings};
 use sluice::statsd::StatsdConfig;
-use sluice::store::redis::{KeyFormat, RedisConfig, RedisStore, Target};
+use sluice::store::redis::{KeyFormat, RedisConfig, RedisStore, Sentinel, Target};
 use sluice::store::{
     DEFAULT_MAX_COUNTERS, FailurePolicy, MemoryStore, Resilient, ResilientOptions, Store,
 };
@@ -320,6 +320,18 @@ struct StoreArgs {
         value_delimiter = ','
     )]
     redis_cluster: Vec<String>,
+    /// Count in the Redis master that Sentinel names: MASTER@HOST:PORT[,HOST:PORT...]
+    /// (sentinels may be URLs: the first one's scheme and credentials are the master's).
+    #[arg(
+        long,
+        env = "SLUICE_REDIS_SENTINEL",
+        hide_env_values = true,
+        conflicts_with_all = ["redis_url", "redis_cluster"]
+    )]
+    redis_sentinel: Option<String>,
+    /// Password of the sentinels themselves (REDIS_SENTINEL_AUTH).
+    #[arg(long, env = "SLUICE_REDIS_SENTINEL_PASSWORD", hide_env_values = true)]
+    redis_sentinel_password: Option<String>,
     /// Connections in the Redis pool (each one multiplexed).
     #[arg(long, env = "SLUICE_REDIS_POOL_SIZE", default_value_t = 4)]
     redis_pool_size: u32,
@@ -350,6 +362,13 @@ impl StoreArgs {
         let target = match (&self.redis_url, self.redis_cluster.is_empty()) {
             (Some(url), _) => Target::Single(url.clone()),
             (None, false) => Target::Cluster(self.redis_cluster.clone()),
+            (None, true) if self.redis_sentinel.is_some() => {
+                let spec = self.redis_sentinel.as_deref().unwrap_or_default();
+                Target::Sentinel(
+                    Sentinel::parse(spec, self.redis_sentinel_password.clone())
+                        .map_err(|e| anyhow::anyhow!("--redis-sentinel: {e}"))?,
+                )
+            }
             (None, true) => return Ok(Arc::new(MemoryStore::with_capacity(self.max_counters))),
         };
         let redis = RedisStore::new(RedisConfig {

@@ -9,6 +9,7 @@ mod memory;
 pub mod redis;
 mod resilient;
 mod script;
+mod sentinel;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -22,6 +22,7 @@ use sha2::{Digest, Sha256};
 use super::batch::Batcher;
 pub use super::script::EXPIRY_SLACK_SECONDS;
 use super::script::{Op, SCRIPT, decode};
+pub use super::sentinel::Sentinel;
 use super::{CounterKey, Increment, StoreError};
 use crate::hex::push_hex;
 use crate::limiter::Now;
@@ -57,6 +58,8 @@ pub enum Target {
     Single(String),
     /// Seed nodes of a cluster, each a URL or `host:port`.
     Cluster(Vec<String>),
+    /// A master found through Redis Sentinel.
+    Sentinel(Sentinel),
 }
 
 impl fmt::Debug for Target {
@@ -74,6 +77,7 @@ impl fmt::Display for Target {
                 let masked: Vec<String> = seeds.iter().map(|s| mask(s)).collect();
                 write!(f, "cluster {}", masked.join(","))
             }
+            Target::Sentinel(s) => write!(f, "{s}"),
         }
     }
 }
@@ -145,6 +149,7 @@ impl RedisStore {
         match self.config.target {
             Target::Single(_) => "redis",
             Target::Cluster(_) => "redis-cluster",
+            Target::Sentinel(_) => "redis-sentinel",
         }
     }
 
@@ -160,21 +165,12 @@ impl RedisStore {
     /// a Redis that answers from one that answers in time.
     pub async fn connect(&self) -> Result<Duration, StoreError> {
         let (live, rtt) = match &self.config.target {
-            Target::Single(url) => {
-                let manager = RedisConnectionManager::new(url.as_str()).map_err(unavailable)?;
-                let pool = bb8::Pool::builder()
-                    .max_size(self.config.pool_size.max(1))
-                    .connection_timeout(self.config.connect_timeout)
-                    // A PING per checkout would double every request's round trips.
-                    .test_on_check_out(false)
-                    .build_unchecked(manager);
-                let mut conn = pool.get().await.map_err(unavailable)?.clone();
-                let rtt = self.probe_script(&mut conn).await?;
-                let in_flight = usize::try_from(self.config.pool_size).unwrap_or(1);
-                (
-                    Live::Single(Batcher::start(pool, self.script.clone(), in_flight)),
-                    rtt,
-                )
+            Target::Single(url) => self.connect_single(url).await?,
+            Target::Sentinel(sentinel) => {
+                // Asked on every (re)connect: after a failover this is the
+                // new master, proven by the probe before any request uses it.
+                let url = sentinel.master_url(self.config.connect_timeout).await?;
+                self.connect_single(&url).await?
             }
             Target::Cluster(_) => {
                 let client = redis::cluster::ClusterClient::builder(seeds(&self.config.target))
@@ -201,6 +197,24 @@ impl RedisStore {
         };
         self.live.store(Some(Arc::new(live)));
         Ok(rtt)
+    }
+
+    /// A pool of multiplexed connections to one node, proven by the probe.
+    async fn connect_single(&self, url: &str) -> Result<(Live, Duration), StoreError> {
+        let manager = RedisConnectionManager::new(url).map_err(unavailable)?;
+        let pool = bb8::Pool::builder()
+            .max_size(self.config.pool_size.max(1))
+            .connection_timeout(self.config.connect_timeout)
+            // A PING per checkout would double every request's round trips.
+            .test_on_check_out(false)
+            .build_unchecked(manager);
+        let mut conn = pool.get().await.map_err(unavailable)?.clone();
+        let rtt = self.probe_script(&mut conn).await?;
+        let in_flight = usize::try_from(self.config.pool_size).unwrap_or(1);
+        Ok((
+            Live::Single(Batcher::start(pool, self.script.clone(), in_flight)),
+            rtt,
+        ))
     }
 
     /// Adds nothing to a probe key through the increment script, as a request
@@ -395,6 +409,7 @@ pub fn render_key(
 fn seeds(target: &Target) -> Vec<String> {
     match target {
         Target::Single(url) => vec![url.clone()],
+        Target::Sentinel(s) => s.sentinel_urls(),
         Target::Cluster(seeds) => {
             let base = seeds
                 .iter()

@@ -1,0 +1,88 @@
+//! Redis Sentinel with real processes: sluice finds the master through the
+//! sentinel, rides out the master's death on the failure policy, and counts
+//! on the promoted replica once the sentinel has failed over.
+
+mod common;
+
+use std::time::Duration;
+
+use common::redis::{RedisSentinel, RedisServer};
+use common::*;
+
+const RULES: &str = "
+domain: shop
+descriptors:
+  - key: ip
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+";
+
+fn status(s: &Sluice) -> String {
+    let v: serde_json::Value = serde_json::from_str(&s.get("/readyz").1).unwrap_or_default();
+    v["status"].as_str().unwrap_or_default().to_owned()
+}
+
+fn count(r: &RedisServer) -> Option<u64> {
+    let key = r.counter_keys().into_iter().next()?;
+    r.cli(&["get", &key]).trim().parse().ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_is_followed_and_counting_resumes_on_the_new_master() {
+    let mut master = RedisServer::start();
+    let replica = RedisServer::start();
+    replica.cli(&["replicaof", "127.0.0.1", &master.port.to_string()]);
+    assert!(eventually(Duration::from_secs(10), || replica
+        .cli(&["info", "replication"])
+        .contains("master_link_status:up")));
+    let sentinel = RedisSentinel::start("mymaster", master.port);
+    let spec = format!("mymaster@127.0.0.1:{}", sentinel.port);
+    let s = Sluice::start(
+        &[("shop.yaml", RULES)],
+        &["--redis-sentinel", &spec, "--redis-timeout", "200ms"],
+    );
+    assert!(eventually(Duration::from_secs(10), || status(&s) == "ready"));
+    let (_, ready) = s.get("/readyz");
+    assert!(ready.contains("redis-sentinel"), "{ready}");
+    let mut c = s.client().await;
+    for _ in 0..3 {
+        assert_eq!(
+            ask(&mut c, "shop", &[("ip", "1.2.3.4")]).await.overall_code,
+            OK
+        );
+    }
+    assert_eq!(count(&master), Some(3), "counted on the master");
+
+    master.kill();
+    // Every request is still answered, by the failure policy, until the
+    // sentinel promotes the replica and sluice proves it.
+    let promoted = eventually(Duration::from_secs(30), || {
+        sentinel.master_port("mymaster") == Some(replica.port)
+    });
+    assert!(promoted, "the sentinel never failed over");
+    // Requests keep coming, as they would: the first ones find the old master
+    // gone and open the breaker; the probe then asks the sentinel again.
+    let before = count(&replica).unwrap_or(0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut answered = 0;
+    loop {
+        let r = ask(&mut c, "shop", &[("ip", "1.2.3.4")]).await;
+        assert_eq!(r.overall_code, OK);
+        answered += 1;
+        if status(&s) == "ready" && count(&replica).is_some_and(|n| n > before) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "sluice never followed the failover: {}",
+            s.get("/readyz").1
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let now = count(&replica).unwrap_or(0);
+    assert_eq!(
+        ask(&mut c, "shop", &[("ip", "1.2.3.4")]).await.overall_code,
+        OK
+    );
+    assert_eq!(count(&replica), Some(now + 1), "counting on the new master");
+    eprintln!("{answered} requests answered while sluice followed the failover");
+}
