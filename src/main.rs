@@ -111,6 +111,11 @@ struct ServeArgs {
     /// a request is over only when all its descriptors are.
     #[arg(long, env = "SLUICE_QUOTA_MODE")]
     quota_mode: bool,
+    /// A request that one descriptor rejects spends nothing of its other
+    /// descriptors' budgets (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT; one more
+    /// store round trip for requests with several limits).
+    #[arg(long, env = "SLUICE_STOP_INCREMENT_WHEN_OVER_LIMIT")]
+    stop_increment_when_over_limit: bool,
     /// Share of a limit above which hits count as near_limit (NEAR_LIMIT_RATIO).
     #[arg(long, env = "SLUICE_NEAR_LIMIT_RATIO", default_value_t = 0.8, value_parser = parse_ratio)]
     near_limit_ratio: f32,
@@ -596,6 +601,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             knobs: Knobs {
                 quota_mode: args.quota_mode,
                 near_ratio: args.near_limit_ratio,
+                stop_when_over: args.stop_increment_when_over_limit,
             },
         };
         let store = args.store.build(&metrics)?;

@@ -141,6 +141,10 @@ impl RateLimiter {
                 _ => None,
             })
             .collect();
+        let mut increments = increments;
+        if self.settings.knobs.stop_when_over && increments.len() > 1 {
+            self.spare_the_others(&mut increments, now_ms).await?;
+        }
         let counts = if increments.is_empty() {
             Vec::new()
         } else {
@@ -229,6 +233,51 @@ impl RateLimiter {
             response.dynamic_metadata = Some(metadata::build(&req, &passed_metadata));
         }
         Ok(response)
+    }
+}
+
+impl RateLimiter {
+    /// `--stop-increment-when-over-limit`, as the reference's
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: read every counter first
+    /// (adding nothing); if some would go over with this request's hits, only
+    /// those are incremented, and the request spends nothing of the others.
+    /// One more store round trip, and not atomic with the increment (as in
+    /// the reference).
+    async fn spare_the_others(
+        &self,
+        increments: &mut [Increment],
+        now_ms: u64,
+    ) -> Result<(), ServiceError> {
+        let peek: Vec<Increment> = increments
+            .iter()
+            .map(|i| Increment {
+                hits: 0,
+                ..i.clone()
+            })
+            .collect();
+        let seen = expect_counts(self.store.increment(&peek).await?, peek.len())?;
+        let over: Vec<bool> = increments
+            .iter()
+            .zip(&seen)
+            .map(|(inc, tally)| {
+                limiter::would_exceed(
+                    inc.limit,
+                    inc.hits,
+                    &inc.algorithm,
+                    &inc.window,
+                    tally,
+                    now_ms,
+                )
+            })
+            .collect();
+        if over.iter().any(|o| *o) {
+            for (inc, o) in increments.iter_mut().zip(over) {
+                if !o {
+                    inc.hits = 0;
+                }
+            }
+        }
+        Ok(())
     }
 }
 

@@ -144,3 +144,49 @@ async fn the_near_limit_ratio_is_a_setting() {
         "{m}"
     );
 }
+
+/// `--stop-increment-when-over-limit`: once one descriptor is over, a
+/// request spends nothing of its other descriptors' budgets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_request_spares_the_other_budgets() {
+    let redis = common::redis::RedisServer::start();
+    let url = redis.url();
+    let rules = "domain: web\ndescriptors:\n  - key: small\n    rate_limit: {unit: hour, requests_per_unit: 3}\n  - key: big\n    rate_limit: {unit: hour, requests_per_unit: 10}\n";
+    for (extra, spared) in [
+        (vec!["--stop-increment-when-over-limit"], true),
+        (
+            vec![
+                "--stop-increment-when-over-limit",
+                "--redis-url",
+                &url,
+                "--redis-timeout",
+                "2s",
+            ],
+            true,
+        ),
+        (vec![], false),
+    ] {
+        let s = Sluice::start(&[("web.yaml", rules)], &extra);
+        assert!(eventually(Duration::from_secs(10), || s
+            .get("/readyz")
+            .1
+            .contains("\"status\":\"ready\"")));
+        let mut c = s.client().await;
+        let both = || {
+            request(
+                "web",
+                vec![descriptor(&[("small", "k")]), descriptor(&[("big", "k")])],
+            )
+        };
+        let mut big_left = Vec::new();
+        for _ in 0..6 {
+            let r = c.should_rate_limit(both()).await.unwrap().into_inner();
+            big_left.push(r.statuses[1].limit_remaining);
+        }
+        if spared {
+            assert_eq!(big_left, [9, 8, 7, 7, 7, 7], "{extra:?}");
+        } else {
+            assert_eq!(big_left, [9, 8, 7, 6, 5, 4]);
+        }
+    }
+}

@@ -175,6 +175,31 @@ fn bucket_status(c: &Counted, taken: bool, debt_us: u64) -> Status {
     }
 }
 
+/// Whether adding `hits` to a counter that reads `seen` (a tally taken with
+/// no hits) would take it over `limit`.
+pub fn would_exceed(
+    limit: u32,
+    hits: u64,
+    algorithm: &Algorithm,
+    window: &Window,
+    seen: &Tally,
+    now_ms: u64,
+) -> bool {
+    let limit64 = u64::from(limit);
+    match (*seen, *algorithm) {
+        (Tally::Count(c), _) => c.saturating_add(hits) > limit64,
+        (Tally::Sliding { current, previous }, _) => {
+            let window_ms = window.period.seconds().saturating_mul(1000);
+            let elapsed = now_ms.saturating_sub(window.start.0.saturating_mul(1000));
+            sliding_estimate(current.saturating_add(hits), previous, elapsed, window_ms) > limit64
+        }
+        (Tally::Bucket { debt_us, .. }, Algorithm::TokenBucket { burst }) => {
+            Refill::new(limit, window.period.seconds(), burst).tokens(debt_us) < hits
+        }
+        (Tally::Bucket { .. }, _) => true,
+    }
+}
+
 /// The answer for the whole request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Summary {

@@ -24,6 +24,8 @@ pub struct Knobs {
     pub quota_mode: bool,
     /// `--near-limit-ratio`.
     pub near_ratio: f32,
+    /// `--stop-increment-when-over-limit`.
+    pub stop_when_over: bool,
 }
 
 impl Default for Knobs {
@@ -31,6 +33,7 @@ impl Default for Knobs {
         Knobs {
             quota_mode: false,
             near_ratio: limiter::NEAR_LIMIT_RATIO,
+            stop_when_over: false,
         }
     }
 }
