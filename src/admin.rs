@@ -230,7 +230,10 @@ async fn readyz(State(s): State<AdminState>) -> Response {
         "status": status,
         "store": {"backend": store.backend, "in_use": store.in_use, "healthy": store.healthy, "detail": store.detail},
         "config": {
+            "source": if s.limiter.rules().xds_server().is_some() { "xds" } else { "files" },
             "dir": s.limiter.rules().dir().display().to_string(),
+            "xds_server": s.limiter.rules().xds_server(),
+            "version": config.version,
             "generation": config.generation,
             "domains": domains,
             "last_error": config.last_error,

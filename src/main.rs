@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use sluice::admin::{AdminAccess, AdminLimits};
+use sluice::config::xds::{XdsConfig, XdsTls};
 use sluice::config::{LiveRules, LoadOptions, load_dir};
 use sluice::conn::ConnLimits;
 use sluice::metrics::{MetricLimits, Metrics};
@@ -98,6 +99,33 @@ struct ServeArgs {
     config: PathBuf,
     #[command(flatten)]
     config_args: ConfigArgs,
+    /// Take the rules from this xDS management server (host:port, ADS, state of
+    /// the world) instead of --config: the reference's CONFIG_TYPE=GRPC_XDS_SOTW.
+    #[arg(long, env = "SLUICE_CONFIG_XDS")]
+    config_xds: Option<String>,
+    /// The node id sluice gives the xDS server (CONFIG_GRPC_XDS_NODE_ID).
+    #[arg(long, env = "SLUICE_XDS_NODE_ID", default_value = "default")]
+    xds_node_id: String,
+    /// Extra headers on the xDS stream, comma list of name=value (CONFIG_GRPC_XDS_HEADERS).
+    #[arg(
+        long,
+        env = "SLUICE_XDS_HEADERS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    xds_headers: Vec<String>,
+    /// Speak TLS to the xDS server, trusting this CA (PEM).
+    #[arg(long, env = "SLUICE_XDS_TLS_CA")]
+    xds_tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for mutual TLS to the xDS server.
+    #[arg(long, env = "SLUICE_XDS_TLS_CERT", requires_all = ["xds_tls_key", "xds_tls_ca"])]
+    xds_tls_cert: Option<PathBuf>,
+    /// The key of --xds-tls-cert (PEM).
+    #[arg(long, env = "SLUICE_XDS_TLS_KEY", requires = "xds_tls_cert")]
+    xds_tls_key: Option<PathBuf>,
+    /// The name the xDS server's certificate must carry (default: its host).
+    #[arg(long, env = "SLUICE_XDS_TLS_SERVER_NAME")]
+    xds_tls_server_name: Option<String>,
     /// Address of the gRPC server (RateLimitService and grpc.health.v1).
     #[arg(long, env = "SLUICE_GRPC_ADDR", default_value = "127.0.0.1:8081")]
     grpc_addr: SocketAddr,
@@ -550,16 +578,23 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     init_logging(&args)?;
     let metrics = Arc::new(Metrics::with_limits(args.limits.metric_limits()));
     // Invalid rules at startup: fail before listening.
-    let rules = match LiveRules::load(
-        &args.config,
-        load_options(&args.config_args),
-        metrics.clone(),
-    ) {
-        Ok(rules) => Arc::new(rules),
-        Err(e) => {
-            eprintln!("{e}");
-            return Ok(ExitCode::FAILURE);
-        }
+    let rules = match &args.config_xds {
+        Some(server) => Arc::new(LiveRules::for_xds(
+            server,
+            load_options(&args.config_args),
+            metrics.clone(),
+        )),
+        None => match LiveRules::load(
+            &args.config,
+            load_options(&args.config_args),
+            metrics.clone(),
+        ) {
+            Ok(rules) => Arc::new(rules),
+            Err(e) => {
+                eprintln!("{e}");
+                return Ok(ExitCode::FAILURE);
+            }
+        },
     };
     let tls = match (&args.grpc_tls_cert, &args.grpc_tls_key) {
         (Some(cert), Some(key)) => Some(Arc::new(
@@ -617,6 +652,21 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             grpc: args.conns.grpc(),
             admin: args.conns.admin(),
             statsd: statsd_config(&args)?,
+            xds: args.config_xds.clone().map(|server| XdsConfig {
+                server,
+                node_id: args.xds_node_id.clone(),
+                headers: args
+                    .xds_headers
+                    .iter()
+                    .filter_map(|h| h.split_once('='))
+                    .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+                    .collect(),
+                tls: args.xds_tls_ca.clone().map(|ca| XdsTls {
+                    ca,
+                    cert: args.xds_tls_cert.clone().zip(args.xds_tls_key.clone()),
+                    server_name: args.xds_tls_server_name.clone(),
+                }),
+            }),
         };
         server::run(
             listeners,

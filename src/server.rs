@@ -15,6 +15,7 @@ use tracing::{info, warn};
 
 use crate::admin::{self, AdminLimits, AdminState};
 use crate::config::watch;
+use crate::config::xds::{self, XdsConfig};
 use crate::conn::{self, Activity, ConnLimits, Guarded, IdleBy, InFlight};
 use crate::limiter::Now;
 use crate::metrics::{Listener, Metrics, Outcome};
@@ -67,6 +68,8 @@ pub struct ServeOptions {
     pub admin: AdminLimits,
     /// Send the reference's stats over UDP.
     pub statsd: Option<StatsdConfig>,
+    /// Take the rules from an xDS management server instead of files.
+    pub xds: Option<XdsConfig>,
 }
 
 /// What one client may hold on the gRPC listener.
@@ -149,9 +152,13 @@ pub async fn run(
         .clone()
         .background(token.clone())
         .map(tokio::spawn);
-    let watcher = tokio::spawn(
-        watch::Watch::start(limiter.rules().clone(), opts.watch_config).run(token.clone()),
-    );
+    let watch_files = opts.watch_config && opts.xds.is_none();
+    let watcher =
+        tokio::spawn(watch::Watch::start(limiter.rules().clone(), watch_files).run(token.clone()));
+    let xds_task = opts
+        .xds
+        .clone()
+        .map(|cfg| tokio::spawn(xds::run(cfg, limiter.rules().clone(), token.clone())));
     info!(
         grpc_addr = %listeners.grpc.local_addr()?,
         admin_addr = %listeners.admin.local_addr()?,
@@ -245,6 +252,9 @@ pub async fn run(
         let _ = t.await;
     }
     let _ = watcher.await;
+    if let Some(t) = xds_task {
+        let _ = t.await;
+    }
     if let Some(t) = statsd {
         let _ = t.await;
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::redis::free_port;
 use common::stack::{spawn_envoy, start_upstream};
-use common::{Sluice, eventually};
+use common::{Sluice, certificates, eventually, sh};
 
 const RULES: &str = "
 domain: tls
@@ -19,36 +19,6 @@ descriptors:
   - key: k
     rate_limit: {unit: hour, requests_per_unit: 2}
 ";
-
-fn sh(dir: &Path, script: &str) -> String {
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(script)
-        .current_dir(dir)
-        .output()
-        .expect("sh");
-    assert!(
-        out.status.success(),
-        "{script}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A CA, a certificate it signs for `name` (server or client), and a
-/// stranger's self-signed client certificate.
-fn certificates(dir: &Path) {
-    sh(
-        dir,
-        "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=sluice-test-ca 2>/dev/null && \
-         printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > san.ext && \
-         for who in server client; do \
-           openssl req -newkey rsa:2048 -nodes -keyout $who.key -out $who.csr -subj /CN=$who-1 2>/dev/null && \
-           openssl x509 -req -in $who.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out $who.pem -days 2 -extfile san.ext 2>/dev/null; \
-         done && \
-         openssl req -x509 -newkey rsa:2048 -nodes -keyout stranger.key -out stranger.pem -days 2 -subj /CN=stranger 2>/dev/null",
-    );
-}
 
 fn envoy(dir: &Path, name: &str, sluice: &str, upstream: u16, client: &str) -> (Child, u16) {
     let port = free_port();

@@ -26,6 +26,8 @@ pub struct Loaded {
 pub struct ConfigStatus {
     pub generation: u64,
     pub last_error: Option<String>,
+    /// The xDS version in force, when rules come from xDS.
+    pub version: Option<String>,
 }
 
 /// The outcome of a reload.
@@ -58,6 +60,10 @@ pub struct LiveRules {
     /// arrived takes that one's outcome instead of running its own.
     started: AtomicU64,
     dir: PathBuf,
+    /// The xDS management server when rules come from xDS, not files.
+    xds: Option<String>,
+    /// The xDS version of the rules in force.
+    version: Mutex<Option<String>>,
     opts: LoadOptions,
     metrics: Arc<Metrics>,
 }
@@ -82,9 +88,48 @@ impl LiveRules {
             reload_lock: Mutex::new(None),
             started: AtomicU64::new(0),
             dir: dir.to_path_buf(),
+            xds: None,
+            version: Mutex::new(None),
             opts,
             metrics,
         })
+    }
+
+    /// Rules that will come from the xDS server `server`: none until its
+    /// first good response (every domain is unknown, so everything is OK).
+    pub fn for_xds(server: &str, opts: LoadOptions, metrics: Arc<Metrics>) -> LiveRules {
+        LiveRules {
+            current: ArcSwap::from_pointee(Loaded::default()),
+            stat_seen: AtomicU64::new(0),
+            last_error: Mutex::new(Some("waiting for the first xDS response".into())),
+            reload_lock: Mutex::new(None),
+            started: AtomicU64::new(0),
+            dir: PathBuf::new(),
+            xds: Some(server.to_owned()),
+            version: Mutex::new(None),
+            opts,
+            metrics,
+        }
+    }
+
+    /// The xDS server, when rules come from xDS.
+    pub fn xds_server(&self) -> Option<&str> {
+        self.xds.as_deref()
+    }
+
+    /// Installs rules that came over xDS with `version`; on an error the
+    /// rules in force stay, as for a file reload.
+    pub fn apply_xds(
+        &self,
+        result: Result<Rules, LoadError>,
+        version: &str,
+    ) -> Result<Reload, LoadError> {
+        let _serial = self.reload_lock.lock();
+        let outcome = self.install(result, "xDS");
+        if outcome.is_ok() {
+            *self.version.lock() = Some(version.to_owned());
+        }
+        outcome
     }
 
     /// The rules in force, for a short look (no `.await` while holding it).
@@ -102,6 +147,11 @@ impl LiveRules {
         &self.dir
     }
 
+    /// The metrics the rules count into.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
     /// The options the rules are loaded with.
     pub fn options(&self) -> LoadOptions {
         self.opts
@@ -115,6 +165,12 @@ impl LiveRules {
     /// `POST /reload` at once cost two loads, not forty.
     /// Blocking (file I/O): call it from a blocking thread. `cause` is for the log.
     pub fn reload(&self, cause: &str) -> Result<Reload, LoadError> {
+        if self.xds.is_some() {
+            // Nothing to read: xDS pushes.
+            return Ok(Reload::Unchanged {
+                generation: self.current.load().generation,
+            });
+        }
         let arrived = self.started.load(Ordering::Acquire);
         let mut last = self.reload_lock.lock();
         if self.started.load(Ordering::Acquire) > arrived
@@ -131,12 +187,18 @@ impl LiveRules {
     }
 
     fn reload_now(&self, cause: &str) -> Result<Reload, LoadError> {
-        let previous = self.current.load_full();
         self.stat_seen.store(
             stat_fingerprint(&self.dir, self.opts.max_files),
             Ordering::Relaxed,
         );
-        let rules = match load_dir(&self.dir, self.opts, &self.metrics) {
+        self.install(load_dir(&self.dir, self.opts, &self.metrics), cause)
+    }
+
+    /// Swaps in `result`'s rules, or keeps the rules in force and records the
+    /// error (logged once, counted).
+    fn install(&self, result: Result<Rules, LoadError>, cause: &str) -> Result<Reload, LoadError> {
+        let previous = self.current.load_full();
+        let rules = match result {
             Ok(rules) => rules,
             Err(e) => {
                 let text = e.to_string();
@@ -190,6 +252,7 @@ impl LiveRules {
         ConfigStatus {
             generation: self.current.load().generation,
             last_error: self.last_error.lock().clone(),
+            version: self.version.lock().clone(),
         }
     }
 }

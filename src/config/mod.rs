@@ -9,6 +9,7 @@ mod matcher;
 mod model;
 mod walk;
 pub mod watch;
+pub mod xds;
 mod yaml;
 
 use std::collections::HashMap;
@@ -19,7 +20,7 @@ use std::sync::Arc;
 pub use error::{ConfigError, LoadError};
 pub use live::{ConfigStatus, LiveRules, Loaded, Reload};
 pub use matcher::{Domain, Match, Rule};
-pub use model::{LimitDef, parse_file};
+pub use model::{DescriptorDef, DomainFile, LimitDef, Origin, RateLimitDef, parse_file};
 
 use crate::limiter::{Algorithm, Period};
 use crate::metrics::Metrics;
@@ -168,11 +169,22 @@ pub fn load_texts(
     if !errors.is_empty() {
         return Err(LoadError::Invalid(errors));
     }
+    compile_files(parsed, opts, metrics, hasher.finish())
+}
+
+/// Compiles parsed domain files (from YAML or xDS) into rules;
+/// `fingerprint` identifies their content, so an unchanged push is a no-op.
+pub(crate) fn compile_files(
+    parsed: Vec<(PathBuf, DomainFile)>,
+    opts: LoadOptions,
+    metrics: &Metrics,
+    fingerprint: u64,
+) -> Result<Rules, LoadError> {
     let domains =
         matcher::compile(parsed, opts.merge_domains, metrics).map_err(LoadError::Invalid)?;
     Ok(Rules {
         domains,
-        fingerprint: hasher.finish(),
+        fingerprint,
     })
 }
 

@@ -1,0 +1,341 @@
+//! Rules over xDS, as envoyproxy/ratelimit's `CONFIG_TYPE=GRPC_XDS_SOTW`
+//! (Envoy Gateway's way): an ADS stream (`AggregatedDiscoveryService/
+//! StreamAggregatedResources`) subscribed to `RateLimitConfig` resources,
+//! state of the world. Every response is the whole rule set: it is compiled
+//! like a directory of files and swapped in whole, then ACKed with its
+//! version; one that does not compile is NACKed with the error while the last
+//! good rules stay in force. A broken stream is reopened with backoff.
+//! Files and xDS are exclusive: `--config-xds` replaces `--config`.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use envoy_types::pb::google::rpc::Status as RpcStatus;
+use envoy_types::pb::ratelimit::config::ratelimit::v3::{
+    RateLimitConfig, RateLimitDescriptor, RateLimitPolicy,
+};
+use prost::Message;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::{
+    ConfigError, DescriptorDef, DomainFile, LimitDef, LiveRules, LoadError, Origin, RateLimitDef,
+    compile_files,
+};
+use crate::limiter::{Algorithm, Period, Unit};
+
+/// The resource type sluice subscribes to.
+pub const TYPE_URL: &str = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig";
+
+const BACKOFF_FIRST: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+/// Where the rules come from.
+#[derive(Debug, Clone)]
+pub struct XdsConfig {
+    /// `host:port` of the management server (plain HTTP/2).
+    pub server: String,
+    /// `--xds-node-id`, the reference's `CONFIG_GRPC_XDS_NODE_ID`.
+    pub node_id: String,
+    /// Extra request headers (`CONFIG_GRPC_XDS_HEADERS`).
+    pub headers: Vec<(String, String)>,
+    /// TLS, or mutual TLS, to the server (`CONFIG_GRPC_XDS_SERVER_USE_TLS`).
+    pub tls: Option<XdsTls>,
+}
+
+/// PEM files for TLS to the management server, read on every connect so a
+/// rotated certificate is picked up by the next reconnect.
+#[derive(Debug, Clone)]
+pub struct XdsTls {
+    /// The CA that signs the server (`CONFIG_GRPC_XDS_SERVER_TLS_CACERT`).
+    pub ca: PathBuf,
+    /// A client certificate and key, for mutual TLS
+    /// (`CONFIG_GRPC_XDS_CLIENT_TLS_CERT`, `..._KEY`).
+    pub cert: Option<(PathBuf, PathBuf)>,
+    /// The name to verify the server as (`CONFIG_GRPC_XDS_SERVER_TLS_SAN`);
+    /// the host of `server` by default.
+    pub server_name: Option<String>,
+}
+
+/// Follows the management server until `token` is cancelled.
+pub async fn run(cfg: XdsConfig, rules: Arc<LiveRules>, token: CancellationToken) {
+    let mut backoff = BACKOFF_FIRST;
+    loop {
+        let outcome = tokio::select! {
+            () = token.cancelled() => return,
+            r = stream(&cfg, &rules) => r,
+        };
+        match outcome {
+            Ok(()) => {
+                warn!(server = %cfg.server, "xDS stream ended; reconnecting");
+                backoff = BACKOFF_FIRST;
+            }
+            Err(e) => warn!(server = %cfg.server, error = %e, "xDS stream failed; reconnecting"),
+        }
+        tokio::select! {
+            () = token.cancelled() => return,
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// One stream: subscribe, then apply and answer every response.
+async fn stream(cfg: &XdsConfig, rules: &LiveRules) -> Result<(), String> {
+    let mut client = AggregatedDiscoveryServiceClient::new(channel(cfg).await?);
+    let (tx, rx) = mpsc::channel(4);
+    let node = Node {
+        id: cfg.node_id.clone(),
+        ..Default::default()
+    };
+    // A reconnect resubscribes with the version in force, as the reference.
+    let version = rules.status().version.unwrap_or_default();
+    let first = DiscoveryRequest {
+        version_info: version.clone(),
+        node: Some(node.clone()),
+        type_url: TYPE_URL.into(),
+        ..Default::default()
+    };
+    tx.send(first).await.map_err(|e| e.to_string())?;
+    let mut req = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+    for (k, v) in &cfg.headers {
+        if let (Ok(k), Ok(v)) = (
+            k.parse::<tonic::metadata::MetadataKey<_>>(),
+            v.parse::<tonic::metadata::MetadataValue<_>>(),
+        ) {
+            req.metadata_mut().insert(k, v);
+        }
+    }
+    let mut responses = client
+        .stream_aggregated_resources(req)
+        .await
+        .map_err(|e| e.to_string())?
+        .into_inner();
+    info!(server = %cfg.server, node = %cfg.node_id, "xDS stream open");
+    let mut applied = version;
+    while let Some(resp) = responses.message().await.map_err(|e| e.to_string())? {
+        let ack = answer(&resp, rules, &mut applied, &node);
+        tx.send(ack).await.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// A connection to the server, over TLS when configured.
+async fn channel(cfg: &XdsConfig) -> Result<tonic::transport::Channel, String> {
+    let scheme = if cfg.tls.is_some() { "https" } else { "http" };
+    let mut endpoint =
+        tonic::transport::Endpoint::from_shared(format!("{scheme}://{}", cfg.server))
+            .map_err(|e| e.to_string())?
+            .connect_timeout(Duration::from_secs(5));
+    if let Some(tls) = &cfg.tls {
+        let read = |p: &PathBuf| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+        let mut config = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(read(&tls.ca)?));
+        if let Some((cert, key)) = &tls.cert {
+            config = config.identity(tonic::transport::Identity::from_pem(
+                read(cert)?,
+                read(key)?,
+            ));
+        }
+        let host = cfg
+            .server
+            .rsplit_once(':')
+            .map_or(cfg.server.as_str(), |(h, _)| h);
+        config = config.domain_name(tls.server_name.clone().unwrap_or_else(|| host.to_owned()));
+        endpoint = endpoint.tls_config(config).map_err(|e| e.to_string())?;
+    }
+    endpoint.connect().await.map_err(|e| e.to_string())
+}
+
+/// Applies one response and builds its ACK, or its NACK with the error.
+fn answer(
+    resp: &DiscoveryResponse,
+    rules: &LiveRules,
+    applied: &mut String,
+    node: &Node,
+) -> DiscoveryRequest {
+    let result = compile(resp, rules);
+    let error_detail = match rules.apply_xds(result, &resp.version_info) {
+        Ok(_) => {
+            applied.clone_from(&resp.version_info);
+            None
+        }
+        Err(e) => {
+            warn!(version = %resp.version_info, error = %e, "xDS rules rejected (NACK); the rules in force stay");
+            Some(RpcStatus {
+                code: 3,
+                message: e.to_string(),
+                details: Vec::new(),
+            })
+        }
+    };
+    DiscoveryRequest {
+        version_info: applied.clone(),
+        node: Some(node.clone()),
+        type_url: TYPE_URL.into(),
+        response_nonce: resp.nonce.clone(),
+        error_detail,
+        ..Default::default()
+    }
+}
+
+/// The response's resources as rules.
+fn compile(resp: &DiscoveryResponse, rules: &LiveRules) -> Result<super::Rules, LoadError> {
+    let mut hasher = DefaultHasher::new();
+    let mut files = Vec::new();
+    let mut errors = Vec::new();
+    for (i, any) in resp.resources.iter().enumerate() {
+        any.value.hash(&mut hasher);
+        if any.type_url != TYPE_URL {
+            errors.push(error(
+                &format!("resources[{i}]"),
+                format!("unexpected resource type {}", any.type_url),
+            ));
+            continue;
+        }
+        match RateLimitConfig::decode(any.value.as_slice()) {
+            Ok(config) => {
+                let file = PathBuf::from(format!("xds:{}", config.name));
+                match domain_file(&config) {
+                    Ok(df) => files.push((file, df)),
+                    Err(mut e) => errors.append(&mut e),
+                }
+            }
+            Err(e) => errors.push(error(
+                &format!("resources[{i}]"),
+                format!("not a RateLimitConfig: {e}"),
+            )),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(LoadError::Invalid(errors));
+    }
+    compile_files(files, rules.options(), rules.metrics(), hasher.finish())
+}
+
+fn error(field: &str, message: String) -> ConfigError {
+    ConfigError {
+        file: PathBuf::from("xds"),
+        position: None,
+        field: field.to_owned(),
+        message,
+    }
+}
+
+/// One `RateLimitConfig` as the model a YAML file becomes, checked as the
+/// YAML loader checks it.
+fn domain_file(config: &RateLimitConfig) -> Result<DomainFile, Vec<ConfigError>> {
+    let mut errors = Vec::new();
+    let file = PathBuf::from(format!("xds:{}", config.name));
+    if config.domain.is_empty() {
+        errors.push(ConfigError {
+            file: file.clone(),
+            position: None,
+            field: "domain".into(),
+            message: "config file cannot have empty domain".into(),
+        });
+    }
+    let descriptors = config
+        .descriptors
+        .iter()
+        .enumerate()
+        .map(|(i, d)| descriptor(d, &file, &format!("descriptors[{i}]"), &mut errors))
+        .collect();
+    if errors.is_empty() {
+        Ok(DomainFile {
+            domain: config.domain.clone(),
+            descriptors,
+        })
+    } else {
+        Err(errors)
+    }
+}
+
+fn descriptor(
+    d: &RateLimitDescriptor,
+    file: &PathBuf,
+    path: &str,
+    errors: &mut Vec<ConfigError>,
+) -> DescriptorDef {
+    let mut err = |field: &str, message: String| {
+        errors.push(ConfigError {
+            file: file.clone(),
+            position: None,
+            field: format!("{path}.{field}"),
+            message,
+        });
+    };
+    if d.key.is_empty() {
+        err("key", "descriptor has empty key".into());
+    }
+    let rate_limit = d.rate_limit.as_ref().and_then(|p| policy(p, &mut err));
+    let children = d
+        .descriptors
+        .iter()
+        .enumerate()
+        .map(|(i, c)| descriptor(c, file, &format!("{path}.descriptors[{i}]"), errors))
+        .collect();
+    DescriptorDef {
+        key: d.key.clone(),
+        value: (!d.value.is_empty()).then(|| d.value.clone()),
+        rate_limit,
+        rate_limits: Vec::new(),
+        shadow_mode: d.shadow_mode,
+        quota_mode: d.quota_mode,
+        detailed_metric: d.detailed_metric,
+        value_to_metric: false,
+        share_threshold: false,
+        metadata: d.metadata.clone(),
+        descriptors: children,
+        origin: Origin {
+            file: file.clone(),
+            position: None,
+            field: path.to_owned(),
+        },
+    }
+}
+
+fn policy(p: &RateLimitPolicy, err: &mut impl FnMut(&str, String)) -> Option<RateLimitDef> {
+    let limit = if p.unlimited {
+        LimitDef::Unlimited
+    } else {
+        let Some(unit) = Unit::from_proto(p.unit) else {
+            err(
+                "rate_limit.unit",
+                format!("invalid rate limit unit '{}'", p.unit),
+            );
+            return None;
+        };
+        LimitDef::Limited {
+            requests_per_unit: p.requests_per_unit,
+            period: Period::Unit(unit),
+            algorithm: Algorithm::FixedWindow,
+        }
+    };
+    let name = (!p.name.is_empty()).then(|| p.name.clone());
+    for r in &p.replaces {
+        if r.name.is_empty() {
+            err(
+                "rate_limit.replaces",
+                "should not have an empty replaces entry".into(),
+            );
+        } else if name.as_deref() == Some(r.name.as_str()) {
+            err(
+                "rate_limit.replaces",
+                "replaces should not contain name of same descriptor".into(),
+            );
+        }
+    }
+    Some(RateLimitDef {
+        limit,
+        name,
+        replaces: p.replaces.iter().map(|r| r.name.clone()).collect(),
+        on_failure: None,
+    })
+}
