@@ -9,7 +9,7 @@
 //! - [`service`]: the gRPC `ShouldRateLimit` handler; [`admin`]: HTTP endpoints.
 //! - [`tls`]: optional (mutual) TLS on the gRPC listener, reloaded on change.
 //! - [`conn`]: connection bounds (cap, idle timeout, accept backoff).
-//! - [`statsd`]: the reference's stats over UDP.
+//! - [`statsd`]: the reference's stats over UDP; [`telemetry`]: OpenTelemetry traces.
 //! - [`server`]: runs both on caller-bound listeners with one shutdown path.
 
 #![forbid(unsafe_code)]
@@ -40,4 +40,5 @@ pub mod server;
 pub mod service;
 pub mod statsd;
 pub mod store;
+pub mod telemetry;
 pub mod tls;

@@ -23,6 +23,7 @@ use sluice::store::redis::{KeyFormat, RedisConfig, RedisStore, Sentinel, Target}
 use sluice::store::{
     DEFAULT_MAX_COUNTERS, FailurePolicy, MemoryStore, Resilient, ResilientOptions, Store,
 };
+use sluice::telemetry::Telemetry;
 use sluice::tls::{Tls, TlsFiles};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -192,6 +193,10 @@ struct ServeArgs {
     worker_threads: Option<usize>,
     #[command(flatten)]
     store: StoreArgs,
+    /// Export OpenTelemetry traces to this OTLP/gRPC endpoint (e.g.
+    /// http://collector:4317); OTEL_EXPORTER_OTLP_ENDPOINT works too. Off by default.
+    #[arg(long, env = "SLUICE_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
     /// Send the reference's stats to this statsd (host:port, UDP).
     #[arg(long, env = "SLUICE_STATSD_ADDR")]
     statsd_addr: Option<String>,
@@ -561,21 +566,47 @@ fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn init_logging(args: &ServeArgs) -> anyhow::Result<()> {
+/// Logs on stderr, and traces over OTLP when asked for (inside the runtime:
+/// the exporter needs it). Returns the tracer to flush at exit.
+fn init_logging(args: &ServeArgs) -> anyhow::Result<Option<Telemetry>> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
         .with_context(|| format!("--log-level '{}'", args.log_level))?;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match args.log_format {
-        LogFormat::Text => builder.with_ansi(false).init(),
-        LogFormat::Json => builder.json().init(),
-    }
-    Ok(())
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = match args.log_format {
+        LogFormat::Text => fmt.with_ansi(false).boxed(),
+        LogFormat::Json => fmt.json().boxed(),
+    };
+    let endpoint = args.otlp_endpoint.as_deref();
+    let wanted = endpoint.is_some() || std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").is_some();
+    let (telemetry, otel) = if wanted {
+        let (t, layer) = Telemetry::start(endpoint)?;
+        (Some(t), Some(layer))
+    } else {
+        (None, None)
+    };
+    tracing_subscriber::registry()
+        .with(fmt.with_filter(filter))
+        .with(otel)
+        .init();
+    Ok(telemetry)
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    init_logging(&args)?;
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = args.worker_threads {
+        runtime.worker_threads(n.max(1));
+    }
+    let runtime = runtime
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let telemetry = {
+        let _inside = runtime.enter();
+        init_logging(&args)?
+    };
     let metrics = Arc::new(Metrics::with_limits(args.limits.metric_limits()));
     // Invalid rules at startup: fail before listening.
     let rules = match &args.config_xds {
@@ -607,14 +638,6 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         )),
         _ => None,
     };
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = args.worker_threads {
-        runtime.worker_threads(n.max(1));
-    }
-    let runtime = runtime
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
     let result = runtime.block_on(async move {
         let listeners = Listeners {
             grpc: TcpListener::bind(args.grpc_addr)
@@ -681,6 +704,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         info!(answered = metrics.requests_total(), "sluice stopped");
         Ok(ExitCode::SUCCESS)
     });
+    if let Some(t) = telemetry {
+        let _inside = runtime.enter();
+        t.shutdown();
+    }
     // A reload still running on a blocking thread (a huge or slow rule
     // directory) must not hold the exit past the grace period.
     runtime.shutdown_timeout(Duration::from_millis(500));

@@ -18,6 +18,8 @@ use crate::metrics::{Metrics, Outcome};
 use crate::privacy::Privacy;
 use crate::request::{Limits, Request, RequestError};
 use crate::store::{Increment, Store, StoreError, expect_counts};
+use crate::telemetry;
+use tracing::Instrument as _;
 
 mod headers;
 mod metadata;
@@ -150,7 +152,12 @@ impl RateLimiter {
         } else {
             // One count per increment, or an error: a missing count must
             // never read as zero and admit.
-            expect_counts(self.store.increment(&increments).await?, increments.len())?
+            let counted = self
+                .store
+                .increment(&increments)
+                .instrument(telemetry::store_span())
+                .await?;
+            expect_counts(counted, increments.len())?
         };
 
         let mut counts = counts.into_iter();
@@ -294,9 +301,10 @@ impl RateLimitService for RateLimiter {
         &self,
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, Status> {
-        Ok(tonic::Response::new(
-            self.handle(request.into_inner()).await?,
-        ))
+        use tracing::Instrument as _;
+        let span = telemetry::decision_span(request.metadata());
+        let answer = self.handle(request.into_inner()).instrument(span).await?;
+        Ok(tonic::Response::new(answer))
     }
 }
 

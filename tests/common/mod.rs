@@ -69,7 +69,13 @@ impl Sluice {
     /// Starts sluice with its gRPC listener on `grpc` (to take over from a
     /// stopped one).
     pub fn start_at(dir: &Path, grpc: &str, extra: &[&str]) -> Sluice {
+        Sluice::start_at_env(dir, grpc, extra, &[])
+    }
+
+    /// As [`Sluice::start_at`], with environment variables set.
+    pub fn start_at_env(dir: &Path, grpc: &str, extra: &[&str], env: &[(&str, &str)]) -> Sluice {
         let mut child = Command::new(sluice_bin())
+            .envs(env.iter().copied())
             .arg("serve")
             .arg("--config")
             .arg(dir)
