@@ -115,6 +115,9 @@ struct ServeArgs {
         hide_env_values = true
     )]
     xds_headers: Vec<String>,
+    /// The node's metadata, comma list of key=value (CONFIG_GRPC_XDS_NODE_METADATA).
+    #[arg(long, env = "SLUICE_XDS_NODE_METADATA", value_delimiter = ',')]
+    xds_node_metadata: Vec<String>,
     /// Speak TLS to the xDS server, trusting this CA (PEM).
     #[arg(long, env = "SLUICE_XDS_TLS_CA")]
     xds_tls_ca: Option<PathBuf>,
@@ -462,6 +465,14 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("'{s}' is not a duration such as 10s or 500ms"))
 }
 
+/// `key=value` (or `key:value`) items, trimmed.
+fn pairs(items: &[String]) -> impl Iterator<Item = (String, String)> + '_ {
+    items.iter().filter_map(|h| {
+        let (k, v) = h.split_once('=').or_else(|| h.split_once(':'))?;
+        Some((k.trim().to_owned(), v.trim().to_owned()))
+    })
+}
+
 fn statsd_config(args: &ServeArgs) -> anyhow::Result<Option<StatsdConfig>> {
     let Some(addr) = &args.statsd_addr else {
         return Ok(None);
@@ -678,12 +689,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             xds: args.config_xds.clone().map(|server| XdsConfig {
                 server,
                 node_id: args.xds_node_id.clone(),
-                headers: args
-                    .xds_headers
-                    .iter()
-                    .filter_map(|h| h.split_once('='))
-                    .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+                headers: pairs(&args.xds_headers)
+                    .map(|(k, v)| (k.to_ascii_lowercase(), v))
                     .collect(),
+                node_metadata: pairs(&args.xds_node_metadata).collect(),
                 tls: args.xds_tls_ca.clone().map(|ca| XdsTls {
                     ca,
                     cert: args.xds_tls_cert.clone().zip(args.xds_tls_key.clone()),

@@ -201,6 +201,8 @@ async fn rules_follow_the_management_server() {
             &addr.to_string(),
             "--xds-node-id",
             "sluice-test",
+            "--xds-node-metadata",
+            "cluster=edge,zone=a",
         ],
     );
     assert!(
@@ -215,7 +217,10 @@ async fn rules_follow_the_management_server() {
     let ack = ads.answer("v1").expect("an ACK for v1");
     assert_eq!(ack.version_info, "v1");
     assert!(ack.error_detail.is_none());
-    assert_eq!(ack.node.as_ref().unwrap().id, "sluice-test");
+    let node = ack.node.as_ref().unwrap();
+    assert_eq!(node.id, "sluice-test");
+    let zone = &node.metadata.as_ref().expect("node metadata").fields["zone"];
+    assert_eq!(format!("{:?}", zone.kind), "Some(StringValue(\"a\"))");
     let (_, rl) = s.get("/rlconfig");
     assert!(rl.contains("xds.k: unit=HOUR requests_per_unit=2"), "{rl}");
 

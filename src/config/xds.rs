@@ -15,6 +15,8 @@ use std::time::Duration;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use envoy_types::pb::google::protobuf::value::Kind;
+use envoy_types::pb::google::protobuf::{Struct, Value};
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 use envoy_types::pb::ratelimit::config::ratelimit::v3::{
     RateLimitConfig, RateLimitDescriptor, RateLimitPolicy,
@@ -43,8 +45,10 @@ pub struct XdsConfig {
     pub server: String,
     /// `--xds-node-id`, the reference's `CONFIG_GRPC_XDS_NODE_ID`.
     pub node_id: String,
-    /// Extra request headers (`CONFIG_GRPC_XDS_HEADERS`).
+    /// Extra request headers (`CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS`).
     pub headers: Vec<(String, String)>,
+    /// String fields of the node's metadata (`CONFIG_GRPC_XDS_NODE_METADATA`).
+    pub node_metadata: Vec<(String, String)>,
     /// TLS, or mutual TLS, to the server (`CONFIG_GRPC_XDS_SERVER_USE_TLS`).
     pub tls: Option<XdsTls>,
 }
@@ -92,6 +96,18 @@ async fn stream(cfg: &XdsConfig, rules: &LiveRules) -> Result<(), String> {
     let (tx, rx) = mpsc::channel(4);
     let node = Node {
         id: cfg.node_id.clone(),
+        metadata: (!cfg.node_metadata.is_empty()).then(|| Struct {
+            fields: cfg
+                .node_metadata
+                .iter()
+                .map(|(k, v)| {
+                    let value = Value {
+                        kind: Some(Kind::StringValue(v.clone())),
+                    };
+                    (k.clone(), value)
+                })
+                .collect(),
+        }),
         ..Default::default()
     };
     // A reconnect resubscribes with the version in force, as the reference.
