@@ -191,6 +191,14 @@ struct ServeArgs {
     /// Require client certificates signed by this CA (PEM): mutual TLS.
     #[arg(long, env = "SLUICE_GRPC_TLS_CLIENT_CA", requires = "grpc_tls_cert")]
     grpc_tls_client_ca: Option<PathBuf>,
+    /// With --grpc-tls-client-ca: the client certificate must also carry this
+    /// DNS name or IP address as a subject alternative name (GRPC_CLIENT_TLS_SAN).
+    #[arg(
+        long,
+        env = "SLUICE_GRPC_TLS_CLIENT_SAN",
+        requires = "grpc_tls_client_ca"
+    )]
+    grpc_tls_client_san: Option<String>,
     /// Threads that serve requests (default: one per CPU core).
     #[arg(long, env = "SLUICE_WORKER_THREADS")]
     worker_threads: Option<usize>,
@@ -644,6 +652,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 cert: cert.clone(),
                 key: key.clone(),
                 client_ca: args.grpc_tls_client_ca.clone(),
+                client_san: args.grpc_tls_client_san.clone(),
             })
             .context("--grpc-tls-*")?,
         )),

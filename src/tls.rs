@@ -31,6 +31,9 @@ pub struct TlsFiles {
     pub key: PathBuf,
     /// Require client certificates signed by this CA.
     pub client_ca: Option<PathBuf>,
+    /// And carrying this name (DNS name or IP address) among their subject
+    /// alternative names (`--grpc-tls-client-san`).
+    pub client_san: Option<String>,
 }
 
 /// Why a TLS configuration could not be built.
@@ -148,6 +151,23 @@ fn build(files: &TlsFiles) -> Result<Arc<ServerConfig>, TlsError> {
     Ok(Arc::new(config))
 }
 
+/// Whether the client's certificate names `san` (always, when none is
+/// required). The CA has already verified the certificate itself.
+fn san_allowed(conn: &TlsStream<TcpStream>, san: Option<&str>) -> bool {
+    let Some(san) = san else {
+        return true;
+    };
+    let Ok(name) = rustls::pki_types::ServerName::try_from(san) else {
+        return false;
+    };
+    conn.get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|certs| certs.first())
+        .and_then(|der| webpki::EndEntityCert::try_from(der).ok())
+        .is_some_and(|cert| cert.verify_is_valid_for_subject_name(&name).is_ok())
+}
+
 /// A TLS connection under the listener's bounds.
 pub(crate) type TlsConn = Guarded<TlsStream<TcpStream>>;
 
@@ -173,11 +193,15 @@ pub(crate) fn incoming(
                 },
             };
             let acceptor = TlsAcceptor::from(tls.config.load_full());
+            let san = tls.files.client_san.clone();
             let tx = tx.clone();
             tokio::spawn(async move {
                 // The ticket is held through the handshake, so handshakes
                 // count against the connection cap too.
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                    Ok(Ok(conn)) if !san_allowed(&conn, san.as_deref()) => {
+                        debug!("gRPC TLS client certificate lacks --grpc-tls-client-san; refused");
+                    }
                     Ok(Ok(conn)) => {
                         let _ = tx
                             .send(Ok(Guarded::new(conn, ticket, limits, IdleBy::Requests)))

@@ -181,3 +181,62 @@ fn mutual_tls_serves_envoy_refuses_strangers_and_rotates_certificates() {
     );
     assert!(s.logs_contain("gRPC TLS certificates reloaded"));
 }
+
+/// `--grpc-tls-client-san`: a client certificate the CA signed is refused
+/// unless it names the required subject.
+#[tokio::test]
+async fn a_client_certificate_must_carry_the_required_name() {
+    let dir = tempfile::tempdir().unwrap();
+    certificates(dir.path());
+    let path = |f: &str| dir.path().join(f).display().to_string();
+    let read = |f: &str| std::fs::read(dir.path().join(f)).unwrap();
+    let rules = "domain: web\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n";
+    let mut answered = Vec::new();
+    for san in ["localhost", "envoy.other.example"] {
+        let s = Sluice::start(
+            &[("web.yaml", rules)],
+            &[
+                "--grpc-tls-cert",
+                &path("server.pem"),
+                "--grpc-tls-key",
+                &path("server.key"),
+                "--grpc-tls-client-ca",
+                &path("ca.pem"),
+                "--grpc-tls-client-san",
+                san,
+            ],
+        );
+        let tls = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(read("ca.pem")))
+            .identity(tonic::transport::Identity::from_pem(
+                read("client.pem"),
+                read("client.key"),
+            ))
+            .domain_name("localhost");
+        let channel = tonic::transport::Endpoint::from_shared(format!("https://{}", s.grpc))
+            .unwrap()
+            .tls_config(tls)
+            .unwrap()
+            .timeout(Duration::from_secs(5))
+            .connect()
+            .await;
+        let ok = match channel {
+            Ok(ch) => {
+                let mut c = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::new(ch);
+                c.should_rate_limit(common::request(
+                    "web",
+                    vec![common::descriptor(&[("k", "v")])],
+                ))
+                .await
+                .is_ok()
+            }
+            Err(_) => false,
+        };
+        answered.push(ok);
+    }
+    assert_eq!(
+        answered,
+        [true, false],
+        "served for localhost, refused for another name"
+    );
+}
