@@ -18,7 +18,7 @@ use sluice::privacy::Privacy;
 use sluice::request::Limits;
 use sluice::server::{self, GrpcLimits, Listeners, ServeOptions};
 use sluice::service::{Knobs, RateLimiter, ResponseHeaders, Settings};
-use sluice::statsd::StatsdConfig;
+use sluice::statsd::{Mogrifier, StatsdConfig};
 use sluice::store::redis::{KeyFormat, RedisConfig, RedisStore, Sentinel, Target};
 use sluice::store::{
     DEFAULT_MAX_COUNTERS, FailurePolicy, MemoryStore, Resilient, ResilientOptions, Store,
@@ -497,6 +497,8 @@ fn statsd_config(args: &ServeArgs) -> anyhow::Result<Option<StatsdConfig>> {
             .iter()
             .map(|t| t.trim().to_owned())
             .collect(),
+        // The reference's DogStatsD mogrifiers, from its own variables.
+        mogrifiers: Mogrifier::from_env().map_err(|e| anyhow::anyhow!(e))?,
     }))
 }
 

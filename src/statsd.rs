@@ -35,6 +35,79 @@ pub struct StatsdConfig {
     pub interval: Duration,
     /// DogStatsD tags (`key:value`), sent with every stat; empty for plain statsd.
     pub tags: Vec<String>,
+    /// DogStatsD mogrifiers: stat names rewritten into a name and tags.
+    pub mogrifiers: Vec<Mogrifier>,
+}
+
+/// The reference's DogStatsD "mogrifier": a stat whose name matches
+/// `pattern` is sent as `name` (with `$1`... from the match) and the tags
+/// `tags` (`key:$1,...`), as `USE_DOG_STATSD_MOGRIFIERS` and the
+/// `DOG_STATSD_MOGRIFIER_<NAME>_{PATTERN,NAME,TAGS}` variables configure it.
+#[derive(Debug, Clone)]
+pub struct Mogrifier {
+    pub pattern: regex::Regex,
+    pub name: String,
+    pub tags: Vec<String>,
+}
+
+impl Mogrifier {
+    /// The mogrifiers named in `USE_DOG_STATSD_MOGRIFIERS`, read from the
+    /// reference's environment variables.
+    pub fn from_env() -> Result<Vec<Mogrifier>, String> {
+        let Ok(list) = std::env::var("USE_DOG_STATSD_MOGRIFIERS") else {
+            return Ok(Vec::new());
+        };
+        list.split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(|n| {
+                let var = |part: &str| std::env::var(format!("DOG_STATSD_MOGRIFIER_{n}_{part}"));
+                let pattern = var("PATTERN")
+                    .map_err(|_| format!("DOG_STATSD_MOGRIFIER_{n}_PATTERN is not set"))?;
+                Ok(Mogrifier {
+                    pattern: regex::Regex::new(&pattern)
+                        .map_err(|e| format!("mogrifier {n}: {e}"))?,
+                    name: var("NAME").unwrap_or_else(|_| "$0".into()),
+                    tags: var("TAGS")
+                        .unwrap_or_default()
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|t| !t.is_empty())
+                        .map(str::to_owned)
+                        .collect(),
+                })
+            })
+            .collect()
+    }
+
+    /// The new name and tags for `stat`, if it matches.
+    fn apply(&self, stat: &str) -> Option<(String, Vec<String>)> {
+        let caps = self.pattern.captures(stat)?;
+        let expand = |template: &str| {
+            let mut out = String::new();
+            caps.expand(template, &mut out);
+            out
+        };
+        Some((
+            expand(&self.name),
+            self.tags.iter().map(|t| expand(t)).collect(),
+        ))
+    }
+}
+
+/// `stat:value|type` with the tags of `base` and of the first mogrifier
+/// that matches.
+fn line(stat: &str, value: &str, kind: &str, base: &[String], mogrifiers: &[Mogrifier]) -> String {
+    let (name, extra) = mogrifiers
+        .iter()
+        .find_map(|m| m.apply(stat))
+        .unwrap_or_else(|| (stat.to_owned(), Vec::new()));
+    let tags: Vec<&str> = base.iter().chain(&extra).map(String::as_str).collect();
+    if tags.is_empty() {
+        format!("{name}:{value}|{kind}")
+    } else {
+        format!("{name}:{value}|{kind}|#{}", tags.join(","))
+    }
 }
 
 /// The reference's stat name rules: `:` and `|` become `_`, and the dots
@@ -95,7 +168,12 @@ struct Sent {
 
 impl Sent {
     /// The lines for everything that changed since the last call.
-    fn lines(&mut self, metrics: &Metrics, tags: &str) -> Vec<String> {
+    fn lines(
+        &mut self,
+        metrics: &Metrics,
+        tags: &[String],
+        mogrifiers: &[Mogrifier],
+    ) -> Vec<String> {
         let mut lines = Vec::new();
         for (key, stats) in metrics.rule_snapshot() {
             let last = self.rules.entry(key.clone()).or_default();
@@ -109,7 +187,13 @@ impl Sent {
                         "ratelimit.service.rate_limit.{}.{}.{name}",
                         key.0, key.1
                     ));
-                    lines.push(format!("{stat}:{}|c{tags}", now - *prev));
+                    lines.push(line(
+                        &stat,
+                        &(now - *prev).to_string(),
+                        "c",
+                        tags,
+                        mogrifiers,
+                    ));
                     *prev = now;
                 }
             }
@@ -144,27 +228,22 @@ impl Sent {
             ),
         ] {
             if n > w {
-                lines.push(format!("{stat}:{}|c{tags}", n - w));
+                lines.push(line(stat, &(n - w).to_string(), "c", tags, mogrifiers));
             }
         }
         let count = now.latency_count.saturating_sub(was.latency_count);
         if count > 0 {
             let nanos = now.latency_nanos.saturating_sub(was.latency_nanos);
             let ms = nanos as f64 / count as f64 / 1e6;
-            lines.push(format!(
-                "ratelimit_server.ShouldRateLimit.response_time:{ms:.3}|ms{tags}"
+            lines.push(line(
+                "ratelimit_server.ShouldRateLimit.response_time",
+                &format!("{ms:.3}"),
+                "ms",
+                tags,
+                mogrifiers,
             ));
         }
         lines
-    }
-}
-
-/// `|#k:v,k2:v2`, or nothing.
-fn tag_suffix(tags: &[String]) -> String {
-    if tags.is_empty() {
-        String::new()
-    } else {
-        format!("|#{}", tags.join(","))
     }
 }
 
@@ -201,7 +280,6 @@ pub async fn run(cfg: StatsdConfig, metrics: Arc<Metrics>, token: CancellationTo
             return;
         }
     };
-    let tags = tag_suffix(&cfg.tags);
     let mut sent = Sent::default();
     let mut tick = tokio::time::interval(cfg.interval.max(Duration::from_millis(10)));
     let mut warned = false;
@@ -210,7 +288,7 @@ pub async fn run(cfg: StatsdConfig, metrics: Arc<Metrics>, token: CancellationTo
             _ = tick.tick() => false,
             () = token.cancelled() => true,
         };
-        for packet in packets(&sent.lines(&metrics, &tags)) {
+        for packet in packets(&sent.lines(&metrics, &cfg.tags, &cfg.mogrifiers)) {
             // UDP: a lost datagram is a lost increment, as with the reference.
             if let Err(e) = socket.send_to(packet.as_bytes(), cfg.addr).await
                 && !warned
@@ -229,6 +307,28 @@ pub async fn run(cfg: StatsdConfig, metrics: Arc<Metrics>, token: CancellationTo
 mod tests {
     use super::*;
     use crate::metrics::StatDelta;
+
+    #[test]
+    fn mogrifiers_rename_and_tag_as_the_references_do() {
+        let m = Mogrifier {
+            pattern: regex::Regex::new(r"^ratelimit\.service\.rate_limit\.(.*)\.(.*)\.total_hits$")
+                .unwrap(),
+            name: "ratelimit.total_hits".into(),
+            tags: vec!["domain:$1".into(), "descriptor:$2".into()],
+        };
+        let l = line(
+            "ratelimit.service.rate_limit.web.k1_v1.total_hits",
+            "3",
+            "c",
+            &["env:test".to_owned()],
+            std::slice::from_ref(&m),
+        );
+        assert_eq!(
+            l,
+            "ratelimit.total_hits:3|c|#env:test,domain:web,descriptor:k1_v1"
+        );
+        assert_eq!(line("other.stat", "1", "c", &[], &[m]), "other.stat:1|c");
+    }
 
     #[test]
     fn names_are_sanitised_as_the_reference_does() {
@@ -251,7 +351,7 @@ mod tests {
             ..StatDelta::default()
         });
         let mut sent = Sent::default();
-        let lines = sent.lines(&m, "|#env:test");
+        let lines = sent.lines(&m, &["env:test".to_owned()], &[]);
         assert!(
             lines.contains(
                 &"ratelimit.service.rate_limit.web.key1_value1.subkey1.total_hits:3|c|#env:test"
@@ -264,7 +364,10 @@ mod tests {
                     .to_owned()
             )
         );
-        assert!(sent.lines(&m, "").is_empty(), "nothing new, nothing sent");
+        assert!(
+            sent.lines(&m, &[], &[]).is_empty(),
+            "nothing new, nothing sent"
+        );
         let many: Vec<String> = (0..300).map(|i| format!("stat.{i}:1|c")).collect();
         let p = packets(&many);
         assert!(p.len() > 1 && p.iter().all(|p| p.len() <= PACKET));
