@@ -19,7 +19,7 @@ use sluice::request::Limits;
 use sluice::server::{self, GrpcLimits, Listeners, ServeOptions};
 use sluice::service::{Knobs, RateLimiter, ResponseHeaders, Settings};
 use sluice::statsd::{Mogrifier, StatsdConfig};
-use sluice::store::redis::{KeyFormat, RedisConfig, RedisStore, Sentinel, Target};
+use sluice::store::redis::{KeyFormat, RedisConfig, RedisStore, RedisTls, Sentinel, Target};
 use sluice::store::{
     DEFAULT_MAX_COUNTERS, FailurePolicy, MemoryStore, Resilient, ResilientOptions, Store,
 };
@@ -381,6 +381,15 @@ struct StoreArgs {
     /// Password of the sentinels themselves (REDIS_SENTINEL_AUTH).
     #[arg(long, env = "SLUICE_REDIS_SENTINEL_PASSWORD", hide_env_values = true)]
     redis_sentinel_password: Option<String>,
+    /// Trust this CA (PEM) for rediss:// instead of the public roots (REDIS_TLS_CACERT).
+    #[arg(long, env = "SLUICE_REDIS_TLS_CA")]
+    redis_tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for mutual TLS to Redis (REDIS_TLS_CLIENT_CERT).
+    #[arg(long, env = "SLUICE_REDIS_TLS_CERT", requires = "redis_tls_key")]
+    redis_tls_cert: Option<PathBuf>,
+    /// The key of --redis-tls-cert (PEM) (REDIS_TLS_CLIENT_KEY).
+    #[arg(long, env = "SLUICE_REDIS_TLS_KEY", requires = "redis_tls_cert")]
+    redis_tls_key: Option<PathBuf>,
     /// Connections in the Redis pool (each one multiplexed).
     #[arg(long, env = "SLUICE_REDIS_POOL_SIZE", default_value_t = 4)]
     redis_pool_size: u32,
@@ -426,6 +435,10 @@ impl StoreArgs {
             prefix: self.cache_key_prefix.clone(),
             key_format: self.key_format,
             connect_timeout: Duration::from_secs(1),
+            tls: (self.redis_tls_ca.is_some() || self.redis_tls_cert.is_some()).then(|| RedisTls {
+                ca: self.redis_tls_ca.clone(),
+                cert: self.redis_tls_cert.clone().zip(self.redis_tls_key.clone()),
+            }),
         })?;
         Ok(Arc::new(Resilient::new(
             redis,

@@ -387,6 +387,22 @@ async fn tls_and_acl_credentials() {
     assert!(eventually(Duration::from_secs(5), || wrong
         .logs_contain("store unreachable at startup")));
     assert!(wrong.get("/readyz").1.contains("\"status\":\"degraded\""));
+
+    // Verified against a private CA, no `#insecure`.
+    let verified = format!("rediss://app:pw@127.0.0.1:{}/", redis.port);
+    let ca = redis.dir().join("ca.pem").display().to_string();
+    let s = start(&[
+        "--redis-url",
+        &verified,
+        "--redis-timeout",
+        "2s",
+        "--redis-tls-ca",
+        &ca,
+    ]);
+    wait_ready(&s);
+    let untrusted = start(&["--redis-url", &verified, "--redis-timeout", "2s"]);
+    assert!(eventually(Duration::from_secs(5), || untrusted
+        .logs_contain("store unreachable at startup")));
 }
 
 #[test]

@@ -6,13 +6,13 @@
 
 use std::sync::Arc;
 
-use bb8_redis::RedisConnectionManager;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use redis::Script;
 use tokio::sync::{mpsc, oneshot};
 
 use super::StoreError;
+use super::pool::Manager;
 use super::script::{Op, decode};
 use crate::limiter::Tally;
 
@@ -44,7 +44,7 @@ pub(super) struct Batcher {
 impl Batcher {
     /// Spawns the batching task on the current runtime.
     pub(super) fn start(
-        pool: bb8::Pool<RedisConnectionManager>,
+        pool: bb8::Pool<Manager>,
         script: Arc<Script>,
         in_flight: usize,
     ) -> Batcher {
@@ -68,7 +68,7 @@ impl Batcher {
 
 async fn drive(
     mut rx: mpsc::Receiver<Job>,
-    pool: bb8::Pool<RedisConnectionManager>,
+    pool: bb8::Pool<Manager>,
     script: Arc<Script>,
     in_flight: usize,
 ) {
@@ -94,7 +94,7 @@ async fn drive(
     }
 }
 
-async fn send(pool: bb8::Pool<RedisConnectionManager>, script: Arc<Script>, jobs: Vec<Job>) {
+async fn send(pool: bb8::Pool<Manager>, script: Arc<Script>, jobs: Vec<Job>) {
     let answers: usize = jobs.iter().map(|j| j.ops.len() * 2).sum();
     let raw: Result<Vec<i64>, StoreError> = async {
         // Multiplexed: clone the connection and give the slot back at once.

@@ -6,6 +6,7 @@ mod breaker;
 mod cache;
 mod key;
 mod memory;
+mod pool;
 pub mod redis;
 mod resilient;
 mod script;

@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
-use bb8_redis::RedisConnectionManager;
 use futures_util::future::try_join_all;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
@@ -20,6 +19,8 @@ use redis::{IntoConnectionInfo, Script};
 use sha2::{Digest, Sha256};
 
 use super::batch::Batcher;
+pub use super::pool::RedisTls;
+use super::pool::{self, Manager};
 pub use super::script::EXPIRY_SLACK_SECONDS;
 use super::script::{Op, SCRIPT, decode};
 pub use super::sentinel::Sentinel;
@@ -103,6 +104,8 @@ pub struct RedisConfig {
     pub key_format: KeyFormat,
     /// Longest wait for a connection when (re)connecting.
     pub connect_timeout: Duration,
+    /// Certificates for `rediss://` (private CA, mutual TLS).
+    pub tls: Option<RedisTls>,
 }
 
 enum Live {
@@ -169,14 +172,19 @@ impl RedisStore {
             Target::Sentinel(sentinel) => {
                 // Asked on every (re)connect: after a failover this is the
                 // new master, proven by the probe before any request uses it.
-                let url = sentinel.master_url(self.config.connect_timeout).await?;
+                let url = sentinel
+                    .master_url(self.config.connect_timeout, self.config.tls.as_ref())
+                    .await?;
                 self.connect_single(&url).await?
             }
             Target::Cluster(_) => {
-                let client = redis::cluster::ClusterClient::builder(seeds(&self.config.target))
-                    .connection_timeout(self.config.connect_timeout)
-                    .build()
-                    .map_err(unavailable)?;
+                let mut builder =
+                    redis::cluster::ClusterClient::builder(seeds(&self.config.target))
+                        .connection_timeout(self.config.connect_timeout);
+                if let Some(tls) = &self.config.tls {
+                    builder = builder.certs(tls.certificates()?);
+                }
+                let client = builder.build().map_err(unavailable)?;
                 let mut conn = client.get_async_connection().await.map_err(unavailable)?;
                 let rtt = self.probe_script(&mut conn).await?;
                 // A PING reaches any node; a cluster short of a master (before
@@ -201,7 +209,7 @@ impl RedisStore {
 
     /// A pool of multiplexed connections to one node, proven by the probe.
     async fn connect_single(&self, url: &str) -> Result<(Live, Duration), StoreError> {
-        let manager = RedisConnectionManager::new(url).map_err(unavailable)?;
+        let manager = Manager(pool::client(url, self.config.tls.as_ref())?);
         let pool = bb8::Pool::builder()
             .max_size(self.config.pool_size.max(1))
             .connection_timeout(self.config.connect_timeout)

@@ -9,6 +9,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::StoreError;
+use super::pool::{self, RedisTls};
 
 /// `--redis-sentinel MASTER@HOST:PORT[,HOST:PORT...]`. Sentinels may be
 /// written as URLs (`rediss://user:pass@host:port`): the first URL's scheme
@@ -90,10 +91,14 @@ impl Sentinel {
 
     /// The master's URL as the sentinels know it now: the first sentinel
     /// that answers wins.
-    pub async fn master_url(&self, timeout: Duration) -> Result<String, StoreError> {
+    pub async fn master_url(
+        &self,
+        timeout: Duration,
+        tls: Option<&RedisTls>,
+    ) -> Result<String, StoreError> {
         let mut last = String::from("no sentinel answered");
         for url in self.sentinel_urls() {
-            match tokio::time::timeout(timeout, self.ask(&url)).await {
+            match tokio::time::timeout(timeout, self.ask(&url, tls)).await {
                 Ok(Ok(Some((host, port)))) => {
                     let creds = self
                         .credentials
@@ -109,14 +114,23 @@ impl Sentinel {
         Err(StoreError::Unavailable(last))
     }
 
-    async fn ask(&self, url: &str) -> Result<Option<(String, u16)>, redis::RedisError> {
-        let client = redis::Client::open(url)?;
-        let mut conn = client.get_multiplexed_async_connection().await?;
+    async fn ask(
+        &self,
+        url: &str,
+        tls: Option<&RedisTls>,
+    ) -> Result<Option<(String, u16)>, StoreError> {
+        let client = pool::client(url, tls)?;
+        let failed = |e: redis::RedisError| StoreError::Unavailable(e.to_string());
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(failed)?;
         redis::cmd("SENTINEL")
             .arg("get-master-addr-by-name")
             .arg(&self.master)
             .query_async(&mut conn)
             .await
+            .map_err(failed)
     }
 }
 

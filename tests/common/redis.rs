@@ -94,37 +94,17 @@ impl RedisServer {
         r
     }
 
-    /// A server that speaks only TLS (a self-signed certificate made with
-    /// openssl) and knows the ACL user `app` with password `pw`.
+    /// A server that speaks only TLS (a certificate signed by a test CA,
+    /// `ca.pem` in its directory) and knows the ACL user `app` with password
+    /// `pw`.
     pub fn start_tls() -> RedisServer {
         let port = free_port();
         let dir = tempfile::tempdir().expect("tempdir");
-        let ok = Command::new("openssl")
-            .args([
-                "req",
-                "-x509",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-days",
-                "1",
-                "-subj",
-                "/CN=127.0.0.1",
-            ])
-            .args([
-                "-addext",
-                "subjectAltName=IP:127.0.0.1",
-                "-keyout",
-                "key.pem",
-                "-out",
-                "cert.pem",
-            ])
-            .current_dir(dir.path())
-            .stderr(Stdio::null())
-            .status()
-            .expect("openssl")
-            .success();
-        assert!(ok, "openssl could not make a certificate");
+        // A CA and a server certificate it signs (SAN 127.0.0.1), so a
+        // client can verify the server against `ca.pem`.
+        super::certificates(dir.path());
+        std::fs::copy(dir.path().join("server.pem"), dir.path().join("cert.pem")).expect("cert");
+        std::fs::copy(dir.path().join("server.key"), dir.path().join("key.pem")).expect("key");
         let p = port.to_string();
         let child = spawn_with(
             dir.path(),
@@ -186,6 +166,11 @@ impl RedisServer {
 
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// The server's directory (a TLS server keeps `cert.pem` there).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
     }
 
     pub fn url(&self) -> String {
