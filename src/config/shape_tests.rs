@@ -18,6 +18,18 @@ fn limit_of(yaml: &str) -> LimitDef {
     f.descriptors[0].rate_limit.as_ref().unwrap().limit
 }
 
+/// One file `yaml` loaded as a directory.
+fn load(yaml: &str) -> Rules {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("d.yaml"), yaml).unwrap();
+    load_dir(
+        dir.path(),
+        LoadOptions::default(),
+        &crate::metrics::Metrics::default(),
+    )
+    .unwrap()
+}
+
 fn rule(body: &str) -> String {
     format!("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{{body}}}\n")
 }
@@ -109,15 +121,8 @@ fn bad_shapes_are_refused_with_line_and_field() {
 
 #[test]
 fn rlconfig_shows_every_shape() {
-    let dir = tempfile::tempdir().unwrap();
     let yaml = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 3}\n  - key: b\n    rate_limit: {window: 90s, requests_per_unit: 30, algorithm: sliding_window}\n  - key: c\n    rate_limit: {unit: second, requests_per_unit: 5, algorithm: token_bucket, burst: 9}\n";
-    std::fs::write(dir.path().join("d.yaml"), yaml).unwrap();
-    let r = load_dir(
-        dir.path(),
-        LoadOptions::default(),
-        &crate::metrics::Metrics::default(),
-    )
-    .unwrap();
+    let r = load(yaml);
     let dump = r.dump().join("\n");
     assert!(
         dump.contains("d.a: unit=MINUTE requests_per_unit=3, shadow_mode"),
@@ -144,14 +149,7 @@ fn several_limits_and_a_failure_policy_per_rule() {
         d.rate_limits[1].on_failure,
         Some(crate::store::FailurePolicy::Deny)
     );
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("d.yaml"), yaml).unwrap();
-    let r = load_dir(
-        dir.path(),
-        LoadOptions::default(),
-        &crate::metrics::Metrics::default(),
-    )
-    .unwrap();
+    let r = load(yaml);
     let dump = r.dump().join("\n");
     assert!(
         dump.contains("d.api_key:burst: unit=SECOND requests_per_unit=10,"),
