@@ -314,21 +314,6 @@ pub fn signal() -> impl Future<Output = ()> + Send + 'static {
     }
 }
 
-/// Accepted connections with Nagle's algorithm off, for servers that take a
-/// plain listener stream (the no-op ceiling of `make bench`).
-pub fn nodelay(
-    incoming: tokio_stream::wrappers::TcpListenerStream,
-) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    use tokio_stream::StreamExt as _;
-    incoming.map(|conn| {
-        if let Ok(c) = &conn {
-            // Best effort: a socket that refuses still serves, only slower.
-            let _ = c.set_nodelay(true);
-        }
-        conn
-    })
-}
-
 /// The RLS service with its guard: each request is reported to its
 /// connection's idle timer, and a request tonic refuses before sluice sees it
 /// (over `--max-request-bytes`, which tonic answers OUT_OF_RANGE, or not
