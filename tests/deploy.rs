@@ -1,0 +1,151 @@
+//! The deploy files: the Prometheus alerts pass promtool, every metric the
+//! alerts and the Grafana dashboard name is one sluice exports, and the
+//! Kubernetes manifests parse, agree with each other on ports, paths and
+//! names, and carry rules that load.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use common::*;
+use serde_json::Value;
+
+fn yaml(path: &str) -> Value {
+    serde_saphyr::from_str(&std::fs::read_to_string(workspace().join(path)).unwrap())
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+#[test]
+fn alert_rules_pass_promtool() {
+    let out = Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(workspace().join("deploy/prometheus/alerts.yaml"))
+        .output()
+        .expect("promtool (make test installs Debian's prometheus package)");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `sluice_*` names in a text, histogram series folded into their metric.
+fn named(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("sluice_") {
+        let tail = &rest[i..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        let name = &tail[..end];
+        let base = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .unwrap_or(name);
+        out.insert(base.to_owned());
+        rest = &tail[end..];
+    }
+    out
+}
+
+#[test]
+fn dashboard_and_alerts_name_only_metrics_sluice_exports() {
+    let s = Sluice::start(
+        &[("web.yaml", "domain: web\ndescriptors:\n  - key: k\n")],
+        &["--redis-url", "redis://127.0.0.1:1", "--redis-timeout", "50ms"],
+    );
+    let exported: BTreeSet<String> = s
+        .get("/metrics")
+        .1
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect();
+    for file in ["deploy/prometheus/alerts.yaml", "deploy/grafana/sluice.json"] {
+        let text = std::fs::read_to_string(workspace().join(file)).unwrap();
+        let names = named(&text);
+        assert!(names.len() >= 5, "{file} names {names:?}");
+        let unknown: Vec<_> = names.difference(&exported).collect();
+        assert!(unknown.is_empty(), "{file} names metrics sluice does not export: {unknown:?}");
+    }
+    let dash: Value =
+        serde_json::from_str(&std::fs::read_to_string(workspace().join("deploy/grafana/sluice.json")).unwrap())
+            .unwrap();
+    assert!(dash["panels"].as_array().is_some_and(|p| p.len() >= 6));
+}
+
+#[test]
+fn kubernetes_manifests_agree_and_their_rules_load() {
+    let deploy = yaml("deploy/kubernetes/deployment.yaml");
+    let service = yaml("deploy/kubernetes/service.yaml");
+    let monitor = yaml("deploy/kubernetes/servicemonitor.yaml");
+    let config = yaml("deploy/kubernetes/configmap.yaml");
+    let pod = &deploy["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    let port = |name: &str| {
+        c["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .map(|p| p["containerPort"].as_u64().unwrap())
+    };
+    assert_eq!(port("grpc"), Some(8081));
+    assert_eq!(port("admin"), Some(8080));
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["port"], "admin");
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+    let env = |name: &str| {
+        c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .map(|e| e["value"].clone())
+    };
+    assert_eq!(env("SLUICE_GRPC_ADDR"), Some(Value::from("0.0.0.0:8081")));
+    // The ConfigMap is mounted where SLUICE_CONFIG looks.
+    let mount = &c["volumeMounts"][0];
+    assert_eq!(Some(mount["mountPath"].clone()), env("SLUICE_CONFIG"));
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .expect("the mounted volume");
+    assert_eq!(volume["configMap"]["name"], config["metadata"]["name"]);
+    // The Service and the ServiceMonitor select the pods and name the ports.
+    let labels = &deploy["spec"]["template"]["metadata"]["labels"];
+    for (k, v) in service["spec"]["selector"].as_object().unwrap() {
+        assert_eq!(&labels[k], v);
+    }
+    let service_ports: Vec<&str> = service["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["targetPort"].as_str().unwrap())
+        .collect();
+    assert_eq!(service_ports, ["grpc", "admin"]);
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert_eq!(endpoint["path"], "/metrics");
+    assert!(service["spec"]["ports"].as_array().unwrap().iter().any(|p| p["name"] == endpoint["port"]));
+    // The rules: the shipped ones, and they load.
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in config["data"].as_object().unwrap() {
+        let text = text.as_str().unwrap();
+        assert_eq!(
+            text,
+            std::fs::read_to_string(workspace().join("descriptors").join(name)).unwrap(),
+            "{name} in the ConfigMap differs from descriptors/"
+        );
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let out = Command::new(sluice_bin()).arg("check").arg(dir.path()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
