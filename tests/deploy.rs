@@ -55,7 +55,12 @@ fn named(text: &str) -> BTreeSet<String> {
 fn dashboard_and_alerts_name_only_metrics_sluice_exports() {
     let s = Sluice::start(
         &[("web.yaml", "domain: web\ndescriptors:\n  - key: k\n")],
-        &["--redis-url", "redis://127.0.0.1:1", "--redis-timeout", "50ms"],
+        &[
+            "--redis-url",
+            "redis://127.0.0.1:1",
+            "--redis-timeout",
+            "50ms",
+        ],
     );
     let exported: BTreeSet<String> = s
         .get("/metrics")
@@ -65,16 +70,23 @@ fn dashboard_and_alerts_name_only_metrics_sluice_exports() {
         .filter_map(|l| l.split_whitespace().next())
         .map(str::to_owned)
         .collect();
-    for file in ["deploy/prometheus/alerts.yaml", "deploy/grafana/sluice.json"] {
+    for file in [
+        "deploy/prometheus/alerts.yaml",
+        "deploy/grafana/sluice.json",
+    ] {
         let text = std::fs::read_to_string(workspace().join(file)).unwrap();
         let names = named(&text);
         assert!(names.len() >= 5, "{file} names {names:?}");
         let unknown: Vec<_> = names.difference(&exported).collect();
-        assert!(unknown.is_empty(), "{file} names metrics sluice does not export: {unknown:?}");
+        assert!(
+            unknown.is_empty(),
+            "{file} names metrics sluice does not export: {unknown:?}"
+        );
     }
-    let dash: Value =
-        serde_json::from_str(&std::fs::read_to_string(workspace().join("deploy/grafana/sluice.json")).unwrap())
-            .unwrap();
+    let dash: Value = serde_json::from_str(
+        &std::fs::read_to_string(workspace().join("deploy/grafana/sluice.json")).unwrap(),
+    )
+    .unwrap();
     assert!(dash["panels"].as_array().is_some_and(|p| p.len() >= 6));
 }
 
@@ -134,7 +146,13 @@ fn kubernetes_manifests_agree_and_their_rules_load() {
     assert_eq!(service_ports, ["grpc", "admin"]);
     let endpoint = &monitor["spec"]["endpoints"][0];
     assert_eq!(endpoint["path"], "/metrics");
-    assert!(service["spec"]["ports"].as_array().unwrap().iter().any(|p| p["name"] == endpoint["port"]));
+    assert!(
+        service["spec"]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == endpoint["port"])
+    );
     // The rules: the shipped ones, and they load.
     let dir = tempfile::tempdir().unwrap();
     for (name, text) in config["data"].as_object().unwrap() {
@@ -146,6 +164,14 @@ fn kubernetes_manifests_agree_and_their_rules_load() {
         );
         std::fs::write(dir.path().join(name), text).unwrap();
     }
-    let out = Command::new(sluice_bin()).arg("check").arg(dir.path()).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(sluice_bin())
+        .arg("check")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
