@@ -124,7 +124,9 @@ async fn sliding_windows_and_buckets_stop_the_boundary_burst() {
     let on_redis = redis_args(&redis.url());
     for s in [start(&[]), start(&args(&on_redis))] {
         let mut c = s.client().await;
-        at_phase(2000, 1500, 1700);
+        // Late in the window, with room for a slow machine to finish the
+        // thirty requests before the boundary.
+        at_phase(2000, 1300, 1500);
         for key in ["fixed2", "sliding2", "bucket2"] {
             for _ in 0..10 {
                 assert_eq!(
@@ -150,8 +152,9 @@ async fn sliding_windows_and_buckets_stop_the_boundary_burst() {
         );
         // The estimate still holds about 85-95% of the last window.
         assert!(second[1] <= 3, "sliding window let {} through", second[1]);
-        // 0.4-0.8 s of refill at 5 tokens a second.
-        assert!(second[2] <= 5, "token bucket let {} through", second[2]);
+        // 0.6-1.0 s of refill at 5 tokens a second (and the bucket stays
+        // far from the fixed window's full ten).
+        assert!(second[2] <= 6, "token bucket let {} through", second[2]);
     }
 }
 
