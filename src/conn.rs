@@ -68,9 +68,10 @@ impl Activity {
     }
 
     /// Marks a request as started; the guard marks it done when dropped.
+    /// (No clock read here: while a request is in flight the connection is
+    /// busy whatever `last_ms` says, and the guard records the end.)
     pub(crate) fn start(self: &Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Relaxed);
-        self.touch();
         InFlight(self.clone())
     }
 

@@ -136,14 +136,13 @@ impl RateLimiter {
             });
         };
         let resolved = resolve(domain, &req);
-        let increments: Vec<Increment> = resolved
+        let mut increments: Vec<Increment> = resolved
             .iter()
             .filter_map(|(i, r)| match (r, req.descriptors.get(*i)) {
                 (Resolved::Counted(c), Some(d)) => Some(c.increment(d.hits, now)),
                 _ => None,
             })
             .collect();
-        let mut increments = increments;
         if self.settings.knobs.stop_when_over && increments.len() > 1 {
             self.spare_the_others(&mut increments, now_ms).await?;
         }
@@ -241,9 +240,7 @@ impl RateLimiter {
         }
         Ok(response)
     }
-}
 
-impl RateLimiter {
     /// `--stop-increment-when-over-limit`, as the reference's
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: read every counter first
     /// (adding nothing); if some would go over with this request's hits, only
@@ -301,7 +298,6 @@ impl RateLimitService for RateLimiter {
         &self,
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, Status> {
-        use tracing::Instrument as _;
         let span = telemetry::decision_span(request.metadata());
         let answer = self.handle(request.into_inner()).instrument(span).await?;
         Ok(tonic::Response::new(answer))

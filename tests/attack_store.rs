@@ -21,12 +21,6 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 3}
 ";
 
-fn status(s: &Sluice) -> String {
-    let (_, text) = s.get("/readyz");
-    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
-    v["status"].as_str().unwrap_or_default().to_owned()
-}
-
 fn trips(s: &Sluice) -> f64 {
     metric(&s.get("/metrics").1, "sluice_store_circuit_trips_total").unwrap_or(-1.0)
 }
@@ -71,7 +65,7 @@ async fn a_poisoned_counter_fails_only_its_own_request() {
             "2s",
         ],
     );
-    assert!(eventually(Duration::from_secs(10), || status(&s) == "ready"));
+    assert!(eventually(Duration::from_secs(10), || s.status() == "ready"));
     let hour = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -109,7 +103,7 @@ async fn a_poisoned_counter_fails_only_its_own_request() {
             _ => assert_eq!(code, OK, "an honest request paid for a poisoned one"),
         }
     }
-    assert_eq!(status(&s), "ready");
+    assert_eq!(s.status(), "ready");
     assert_eq!(trips(&s), 0.0);
     let m = s.get("/metrics").1;
     assert!(metric(&m, "sluice_store_errors_total{kind=\"rejected\"}").unwrap() >= 100.0);
@@ -138,7 +132,7 @@ async fn a_redis_that_refuses_scripts_is_down_and_does_not_flap() {
     while std::time::Instant::now() < deadline {
         admitted += usize::from(ask(&mut c, "shop", &[("ip", "x")]).await.overall_code == OK);
         assert_ne!(
-            status(&s),
+            s.status(),
             "ready",
             "a Redis that refuses scripts is not ready"
         );
@@ -167,13 +161,13 @@ async fn a_redis_out_of_memory_is_down() {
     let mut c = s.client().await;
     for _ in 0..20 {
         ask(&mut c, "shop", &[("ip", "y")]).await;
-        assert_ne!(status(&s), "ready");
+        assert_ne!(s.status(), "ready");
     }
     let (_, text) = s.get("/readyz");
     assert!(text.contains("OOM"), "{text}");
     // Memory freed: counting in Redis resumes.
     redis.cli(&["config", "set", "maxmemory", "0"]);
-    assert!(eventually(Duration::from_secs(10), || status(&s) == "ready"));
+    assert!(eventually(Duration::from_secs(10), || s.status() == "ready"));
 }
 
 /// Answers to the increment script that do not fit the call: nothing is
@@ -198,7 +192,7 @@ async fn short_and_garbage_replies_never_admit() {
             admitted += usize::from(r.overall_code == OK);
         }
         assert_eq!(admitted, 3, "reply {:?}", String::from_utf8_lossy(reply));
-        assert_ne!(status(&s), "ready");
+        assert_ne!(s.status(), "ready");
         let (_, text) = s.get("/readyz");
         assert!(
             text.contains("malformed") || text.contains("probe"),

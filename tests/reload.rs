@@ -35,10 +35,6 @@ fn serves_limit(s: &Sluice, limit: u32) -> bool {
     s.get("/rlconfig").1.contains(&limit_line(limit))
 }
 
-fn readyz(s: &Sluice) -> serde_json::Value {
-    serde_json::from_str(&s.get("/readyz").1).unwrap()
-}
-
 /// Writes `text` the way editors that save by rename do.
 fn save_by_rename(path: &Path, text: &str) {
     let tmp = path.with_file_name(format!(
@@ -60,7 +56,7 @@ fn an_in_place_edit_applies_and_is_logged() {
     );
     let (_, v) = ask_json(&s, "app", "1.1.1.1");
     assert_eq!(v["statuses"][0]["currentLimit"]["requestsPerUnit"], 5);
-    assert_eq!(readyz(&s)["config"]["generation"], 2);
+    assert_eq!(s.readyz()["config"]["generation"], 2);
     assert!(eventually(WITHIN, || s.logs_contain("config generation 2 is live")));
     assert!(s.logs_contain("rules edited; app 1 rules"));
 }
@@ -129,13 +125,13 @@ fn a_broken_edit_changes_nothing_until_fixed() {
     let path = s.dir().join("app.yaml");
     std::fs::write(&path, "domain: app\ndescriptors:\n  - key: ip\n    rate_limit: {unit: day, requests_per_unit: 2, unlimied: true}\n").unwrap();
     assert!(
-        eventually(WITHIN, || !readyz(&s)["config"]["last_error"].is_null()),
+        eventually(WITHIN, || !s.readyz()["config"]["last_error"].is_null()),
         "the error never reached /readyz"
     );
     let (code, text) = s.get("/readyz");
     assert_eq!(code, 200, "a load error keeps the service ready");
     assert!(text.contains("app.yaml:4:51: descriptors[0].rate_limit.unlimied: config error, unknown key 'unlimied'"), "{text}");
-    assert_eq!(readyz(&s)["config"]["generation"], 1);
+    assert_eq!(s.readyz()["config"]["generation"], 1);
     let metrics = s.get("/metrics").1;
     assert_eq!(
         metric(&metrics, "sluice_config_load_errors_total"),
@@ -160,16 +156,16 @@ fn a_broken_edit_changes_nothing_until_fixed() {
         eventually(WITHIN, || serves_limit(&s, 4)),
         "the fix was not applied"
     );
-    assert!(readyz(&s)["config"]["last_error"].is_null());
-    assert_eq!(readyz(&s)["config"]["generation"], 2);
+    assert!(s.readyz()["config"]["last_error"].is_null());
+    assert_eq!(s.readyz()["config"]["generation"], 2);
 }
 
 #[test]
 fn an_emptied_directory_keeps_the_last_rules() {
     let s = Sluice::start(&[("app.yaml", &rules(3))], &[]);
     std::fs::remove_file(s.dir().join("app.yaml")).unwrap();
-    assert!(eventually(WITHIN, || !readyz(&s)["config"]["last_error"].is_null()));
-    let err = readyz(&s)["config"]["last_error"]
+    assert!(eventually(WITHIN, || !s.readyz()["config"]["last_error"].is_null()));
+    let err = s.readyz()["config"]["last_error"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -188,7 +184,7 @@ fn a_deleted_directory_keeps_the_rules_and_a_restored_one_applies() {
     std::fs::write(dir.join("app.yaml"), rules(3)).unwrap();
     let s = Sluice::start_in(&dir, &[]);
     std::fs::remove_dir_all(&dir).unwrap();
-    assert!(eventually(Duration::from_secs(5), || !readyz(&s)["config"]
+    assert!(eventually(Duration::from_secs(5), || !s.readyz()["config"]
         ["last_error"]
         .is_null()));
     assert!(serves_limit(&s, 3), "limits stay in force");
@@ -205,7 +201,7 @@ fn a_deleted_directory_keeps_the_rules_and_a_restored_one_applies() {
         eventually(Duration::from_secs(6), || serves_limit(&s, 7)),
         "restored rules not applied"
     );
-    assert!(readyz(&s)["config"]["last_error"].is_null());
+    assert!(s.readyz()["config"]["last_error"].is_null());
 }
 
 #[test]
@@ -298,6 +294,6 @@ async fn no_request_fails_during_repeated_reloads() {
         eventually(WITHIN, || serves_limit(&s, 1_000_020)),
         "the last edit was applied"
     );
-    let generation = readyz(&s)["config"]["generation"].as_u64().unwrap();
+    let generation = s.readyz()["config"]["generation"].as_u64().unwrap();
     assert!(generation > 2, "reloads happened: generation {generation}");
 }

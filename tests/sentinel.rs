@@ -16,11 +16,6 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1000}
 ";
 
-fn status(s: &Sluice) -> String {
-    let v: serde_json::Value = serde_json::from_str(&s.get("/readyz").1).unwrap_or_default();
-    v["status"].as_str().unwrap_or_default().to_owned()
-}
-
 fn count(r: &RedisServer) -> Option<u64> {
     let key = r.counter_keys().into_iter().next()?;
     r.cli(&["get", &key]).trim().parse().ok()
@@ -40,7 +35,7 @@ async fn a_failover_is_followed_and_counting_resumes_on_the_new_master() {
         &[("shop.yaml", RULES)],
         &["--redis-sentinel", &spec, "--redis-timeout", "200ms"],
     );
-    assert!(eventually(Duration::from_secs(10), || status(&s) == "ready"));
+    assert!(eventually(Duration::from_secs(10), || s.status() == "ready"));
     let (_, ready) = s.get("/readyz");
     assert!(ready.contains("redis-sentinel"), "{ready}");
     let mut c = s.client().await;
@@ -68,7 +63,7 @@ async fn a_failover_is_followed_and_counting_resumes_on_the_new_master() {
         let r = ask(&mut c, "shop", &[("ip", "1.2.3.4")]).await;
         assert_eq!(r.overall_code, OK);
         answered += 1;
-        if status(&s) == "ready" && count(&replica).is_some_and(|n| n > before) {
+        if s.status() == "ready" && count(&replica).is_some_and(|n| n > before) {
             break;
         }
         assert!(

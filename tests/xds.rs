@@ -165,12 +165,8 @@ fn config(unit: i32, limit: u32) -> RateLimitConfig {
     }
 }
 
-fn readyz(s: &Sluice) -> serde_json::Value {
-    serde_json::from_str(&s.get("/readyz").1).unwrap_or_default()
-}
-
 fn version(s: &Sluice) -> String {
-    readyz(s)["config"]["version"]
+    s.readyz()["config"]["version"]
         .as_str()
         .unwrap_or_default()
         .to_owned()
@@ -208,9 +204,9 @@ async fn rules_follow_the_management_server() {
     assert!(
         eventually(Duration::from_secs(10), || version(&s) == "v1"),
         "{}",
-        readyz(&s)
+        s.readyz()
     );
-    let r = readyz(&s);
+    let r = s.readyz();
     assert_eq!(r["config"]["source"], "xds");
     let mut c = s.client().await;
     assert_eq!(admitted_of(&mut c, "a", 3).await, 2, "v1: 2 per hour");
@@ -245,7 +241,7 @@ async fn rules_follow_the_management_server() {
     );
     assert_eq!(version(&s), "v2");
     assert!(
-        readyz(&s)["config"]["last_error"]
+        s.readyz()["config"]["last_error"]
             .as_str()
             .unwrap_or_default()
             .contains("invalid rate limit unit")
@@ -263,7 +259,7 @@ async fn rules_follow_the_management_server() {
     assert!(
         eventually(Duration::from_secs(20), || version(&s) == "v4"),
         "{}",
-        readyz(&s)
+        s.readyz()
     );
     assert_eq!(admitted_of(&mut c, "d", 3).await, 1, "v4: 1 per hour");
     let resub = ads
@@ -315,7 +311,7 @@ async fn rules_come_over_mutual_tls() {
     assert!(
         eventually(Duration::from_secs(10), || version(&s) == "t1"),
         "{}",
-        readyz(&s)
+        s.readyz()
     );
     assert!(ads.answer("t1").is_some_and(|a| a.error_detail.is_none()));
     // A stranger (no client certificate) is refused by the server.

@@ -102,21 +102,17 @@ impl Metrics {
             "# HELP sluice_store_errors_total Failed calls to the shared store, by kind."
         );
         let _ = writeln!(out, "# TYPE sluice_store_errors_total counter");
-        let _ = writeln!(
-            out,
-            "sluice_store_errors_total{{kind=\"timeout\"}} {}",
-            st.timeouts.load(Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "sluice_store_errors_total{{kind=\"error\"}} {}",
-            st.errors.load(Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "sluice_store_errors_total{{kind=\"rejected\"}} {}",
-            st.rejected.load(Relaxed)
-        );
+        for (kind, c) in [
+            ("timeout", &st.timeouts),
+            ("error", &st.errors),
+            ("rejected", &st.rejected),
+        ] {
+            let _ = writeln!(
+                out,
+                "sluice_store_errors_total{{kind=\"{kind}\"}} {}",
+                c.load(Relaxed)
+            );
+        }
         let _ = writeln!(
             out,
             "# HELP sluice_store_policy_decisions_total Descriptors decided by a failure policy (--store-failure or a rule's on_store_failure) while the store failed.\n\

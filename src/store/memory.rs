@@ -5,11 +5,11 @@
 //! descriptors at one counter), and window, limit and count take 24 bytes. A
 //! million live keys cost well under 128 bytes each, table slack included.
 //!
-//! The table is bounded (`--max-counters`). When a shard is full, counters
-//! whose window has ended go first; failing that, one counter is dropped: of
-//! a sample of [`SAMPLE`] taken in hash order (random per process, so no
-//! client can aim it), the one furthest below its limit, with the smallest
-//! count among those. A flood of new keys therefore evicts its own one-hit
+//! The table is bounded (`--max-counters`). The sweep frees ended windows
+//! once a second; when a shard is full, one counter is dropped: of a sample
+//! of [`SAMPLE`] taken in hash order (random per process, so no client can
+//! aim it), an ended one if any, else the one furthest below its limit, with
+//! the smallest count among those. A flood of new keys therefore evicts its own one-hit
 //! counters; to push out a victim's counter of `c` hits an attacker must fill
 //! the table with counters of more than `c` hits (capacity times `c` hits,
 //! which the same limits count), and a counter at or over its limit is only
@@ -49,15 +49,24 @@ struct Slot {
 }
 
 impl Slot {
-    /// Eviction order: the lowest goes first. Counters within their limit
-    /// before those at or over it, then by count (for a token bucket, by how
-    /// long until it is full again).
-    fn keep_score(&self, now: u32) -> (bool, u64) {
+    /// Whether the slot is garbage at `now`: its window (or a bucket's
+    /// refill) has ended, so dropping it loses nothing.
+    fn ended(&self, now: u32) -> bool {
+        self.end <= now
+    }
+
+    /// Eviction order: the lowest goes first. Ended slots before live ones,
+    /// counters within their limit before those at or over it, then by count
+    /// (for a token bucket, by how long until it is full again).
+    fn keep_score(&self, now: u32) -> (bool, bool, u64) {
+        if self.ended(now) {
+            return (false, false, 0);
+        }
         if self.start == BUCKET {
             let debt = u64::from(self.end.saturating_sub(now));
-            return (false, debt);
+            return (true, false, debt);
         }
-        (self.count >= u64::from(self.limit), self.count)
+        (true, self.count >= u64::from(self.limit), self.count)
     }
 }
 
@@ -145,20 +154,21 @@ impl MemoryStore {
         }
     }
 
-    /// Makes room for one more counter in a full shard.
+    /// Makes room for one more counter in a full shard, in O(1): the sample's
+    /// lowest-scoring slot goes (the sweep frees the other ended ones once a
+    /// second). A full scan here would let a flood of new keys make every one
+    /// of its requests walk the whole shard under its lock.
     fn make_room(&self, map: &mut Shard, now: u32) {
-        map.retain(|_, slot| slot.end > now);
-        if map.len() < self.per_shard {
-            return;
-        }
         let victim = map
             .iter()
             .take(SAMPLE)
             .min_by_key(|(_, slot)| slot.keep_score(now))
-            .map(|(id, _)| *id);
-        if let Some(id) = victim {
+            .map(|(id, slot)| (*id, slot.ended(now)));
+        if let Some((id, ended)) = victim {
             map.remove(&id);
-            self.evictions.fetch_add(1, Relaxed);
+            if !ended {
+                self.evictions.fetch_add(1, Relaxed);
+            }
         }
     }
 
@@ -187,8 +197,6 @@ impl MemoryStore {
                 let shard = &self.shards[high as usize % SHARDS];
                 let mut map = shard.lock();
                 if map.len() >= self.per_shard && !map.contains_key(&id) {
-                    // The whole scan runs only when a shard is full, and
-                    // then frees every ended window at once.
                     self.make_room(&mut map, secs(inc.window.start.0));
                 }
                 let slot = map.entry(id).or_insert(Slot {

@@ -158,6 +158,19 @@ impl Sluice {
         self.logs.lock().unwrap().iter().any(|l| l.contains(needle))
     }
 
+    /// `/readyz` as JSON (null if it does not parse).
+    pub fn readyz(&self) -> serde_json::Value {
+        serde_json::from_str(&self.get("/readyz").1).unwrap_or_default()
+    }
+
+    /// `/readyz`'s status: `ready`, `degraded` or `shutting_down`.
+    pub fn status(&self) -> String {
+        self.readyz()["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
     pub fn get(&self, path: &str) -> (u16, String) {
         http(self.admin, "GET", path, "")
     }
