@@ -5,7 +5,8 @@ descriptors/), the demo upstream and Envoy (envoy/envoy.yaml) on loopback.
     python3 envoy/stack.py up       # what `make stack` runs
     python3 envoy/stack.py down     # what `make stack-down` runs
     python3 envoy/stack.py render --listen 127.0.0.1:10000 --admin 127.0.0.1:9901 \\
-        --sluice 127.0.0.1:8081 --upstream 127.0.0.1:8000 --out FILE
+        --sluice 127.0.0.1:8081 --upstream 127.0.0.1:8000 --out FILE \\
+        [--config envoy/rlqs.yaml]
 
 `render` rewrites only the four socket addresses of envoy/envoy.yaml (the
 tests use it too), so the stack runs the same Envoy config as docker compose.
@@ -71,7 +72,7 @@ def cmd_render(args):
         "sluice": host_port(args.sluice),
         "upstream": host_port(args.upstream),
     }
-    Path(args.out).write_text(render(ENVOY_CONFIG.read_text(), addresses))
+    Path(args.out).write_text(render(Path(args.config).read_text(), addresses))
     return 0
 
 
@@ -253,6 +254,8 @@ def main():
     r = sub.add_parser("render", help="envoy.yaml with local addresses")
     for flag in ("--listen", "--admin", "--sluice", "--upstream", "--out"):
         r.add_argument(flag, required=True)
+    r.add_argument("--config", default=str(ENVOY_CONFIG),
+                   help="the Envoy config to render (envoy/envoy.yaml, or envoy/rlqs.yaml)")
     r.set_defaults(run=cmd_render)
     args = parser.parse_args()
     return args.run(args)

@@ -238,6 +238,9 @@ async fn readyz(State(s): State<AdminState>) -> Response {
             "domains": domains,
             "last_error": config.last_error,
         },
+        // Quota mode: Envoy streams open here, and what sizes their shares
+        // (the store, or the failure policy while it is down).
+        "quota": {"streams": s.limiter.metrics().quota_streams(), "shares_from": store.in_use},
     });
     // A degraded limiter still answers: only shutdown takes it out of rotation.
     let code = if draining {

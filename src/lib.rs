@@ -9,6 +9,7 @@
 //! - [`service`]: the gRPC `ShouldRateLimit` handler; [`admin`]: HTTP endpoints.
 //! - [`tls`]: optional (mutual) TLS on the gRPC listener, reloaded on change.
 //! - [`conn`]: connection bounds (cap, idle timeout, accept backoff).
+//! - [`quota`]: Envoy's Rate Limit Quota Service, from the same rules.
 //! - [`statsd`]: the reference's stats over UDP; [`telemetry`]: OpenTelemetry traces.
 //! - [`server`]: runs both on caller-bound listeners with one shutdown path.
 
@@ -35,6 +36,7 @@ pub mod limiter;
 pub mod metrics;
 pub mod privacy;
 pub mod protojson;
+pub mod quota;
 pub mod request;
 pub mod server;
 pub mod service;

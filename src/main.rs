@@ -2,7 +2,7 @@
 
 use std::io::Write as _;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +15,7 @@ use sluice::config::{LiveRules, LoadOptions, load_dir};
 use sluice::conn::ConnLimits;
 use sluice::metrics::{MetricLimits, Metrics};
 use sluice::privacy::Privacy;
+use sluice::quota::QuotaOptions;
 use sluice::request::Limits;
 use sluice::server::{self, GrpcLimits, Listeners, ServeOptions};
 use sluice::service::{Knobs, RateLimiter, ResponseHeaders, Settings};
@@ -93,6 +94,40 @@ struct ConfigArgs {
     max_rule_files: usize,
 }
 
+/// Quota mode (Envoy's rate_limit_quota filter) on the gRPC listener.
+#[derive(Args, Clone)]
+struct QuotaArgs {
+    /// Quota streams (one per Envoy) open at once; more are refused.
+    #[arg(long, env = "SLUICE_QUOTA_MAX_STREAMS", default_value_t = QuotaOptions::default().max_streams)]
+    quota_max_streams: usize,
+    /// Buckets one quota stream may report; more are skipped and counted.
+    #[arg(long, env = "SLUICE_QUOTA_MAX_BUCKETS", default_value_t = QuotaOptions::default().max_buckets)]
+    quota_max_buckets: usize,
+    /// How long an assignment holds unless renewed (whole seconds, at least 1).
+    #[arg(long, env = "SLUICE_QUOTA_ASSIGNMENT_TTL", default_value = "15s", value_parser = parse_duration)]
+    quota_assignment_ttl: Duration,
+    /// How often each stream re-reads its fleets and pushes shares that moved.
+    #[arg(long, env = "SLUICE_QUOTA_REBALANCE_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    quota_rebalance_interval: Duration,
+    /// A bucket reported with no requests for this long is abandoned.
+    #[arg(long, env = "SLUICE_QUOTA_ABANDON_AFTER", default_value = "300s", value_parser = parse_duration)]
+    quota_abandon_after: Duration,
+}
+
+impl QuotaArgs {
+    fn options(&self) -> QuotaOptions {
+        QuotaOptions {
+            max_streams: self.quota_max_streams,
+            max_buckets: self.quota_max_buckets,
+            assignment_ttl: self.quota_assignment_ttl.max(Duration::from_secs(1)),
+            rebalance: self
+                .quota_rebalance_interval
+                .max(Duration::from_millis(100)),
+            abandon_after: self.quota_abandon_after,
+        }
+    }
+}
+
 #[derive(Args, Clone)]
 struct ServeArgs {
     /// Directory of rule files (*.yaml, *.yml; dot-files skipped).
@@ -100,6 +135,8 @@ struct ServeArgs {
     config: PathBuf,
     #[command(flatten)]
     config_args: ConfigArgs,
+    #[command(flatten)]
+    quota: QuotaArgs,
     /// Take the rules from this xDS management server (host:port, ADS, state of
     /// the world) instead of --config: the reference's CONFIG_TYPE=GRPC_XDS_SOTW.
     #[arg(long, env = "SLUICE_CONFIG_XDS")]
@@ -460,6 +497,10 @@ struct CheckArgs {
     /// Also print every rule with its limit and shape, as /rlconfig does.
     #[arg(long)]
     rules: bool,
+    /// Fail on rules a quota-mode bucket id (a map, with no order) could
+    /// match in two ways; without it they are printed as warnings.
+    #[arg(long)]
+    quota: bool,
     #[command(flatten)]
     config_args: ConfigArgs,
 }
@@ -525,7 +566,7 @@ fn parse_ratio(s: &str) -> Result<f32, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Some(Command::Check(args)) => check(&args.dir, &args.config_args, args.rules),
+        Some(Command::Check(args)) => check(&args),
         Some(Command::Serve(args)) => serve(*args),
         Some(Command::Bench(args)) => bench(args),
         None => serve(cli.serve),
@@ -546,16 +587,28 @@ fn load_options(c: &ConfigArgs) -> LoadOptions {
     }
 }
 
-fn check(dir: &Path, c: &ConfigArgs, show_rules: bool) -> anyhow::Result<ExitCode> {
-    match load_dir(dir, load_options(c), &Metrics::default()) {
+fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
+    match load_dir(
+        &args.dir,
+        load_options(&args.config_args),
+        &Metrics::default(),
+    ) {
         Ok(rules) => {
             for (domain, count) in rules.summary() {
                 println!("{domain}: {count} rules");
             }
-            if show_rules {
+            if args.rules {
                 for line in rules.dump() {
                     println!("  {line}");
                 }
+            }
+            let ambiguous = rules.quota_ambiguities();
+            let kind = if args.quota { "error" } else { "warning" };
+            for line in &ambiguous {
+                eprintln!("{kind}: quota mode: {line}");
+            }
+            if args.quota && !ambiguous.is_empty() {
+                return Ok(ExitCode::FAILURE);
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -710,6 +763,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             grpc: args.conns.grpc(),
             admin: args.conns.admin(),
             statsd: statsd_config(&args)?,
+            quota: args.quota.options(),
             xds: args.config_xds.clone().map(|server| XdsConfig {
                 server,
                 node_id: args.xds_node_id.clone(),

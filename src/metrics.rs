@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -40,6 +40,45 @@ pub struct RuleStats {
     pub near_limit: AtomicU64,
     pub within_limit: AtomicU64,
     pub shadow_mode: AtomicU64,
+    /// Quota mode: requests Envoys reported allowed and denied.
+    pub quota_allowed: AtomicU64,
+    pub quota_denied: AtomicU64,
+    /// Quota mode: (Envoy, bucket) pairs reporting the rule to this instance.
+    pub quota_envoys: AtomicI64,
+    /// Quota mode: the rule's rate and the rate assigned to this instance's
+    /// Envoys, in thousandths of a request per second.
+    pub quota_limit_milli: AtomicU64,
+    pub quota_assigned_milli: AtomicI64,
+}
+
+/// Why a quota usage report (one bucket of it) was skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skip {
+    NoBucketId,
+    Oversized,
+    BadCounts,
+    TooManyBuckets,
+    UnknownDomain,
+}
+
+impl Skip {
+    pub const ALL: [Skip; 5] = [
+        Skip::NoBucketId,
+        Skip::Oversized,
+        Skip::BadCounts,
+        Skip::TooManyBuckets,
+        Skip::UnknownDomain,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Skip::NoBucketId => "no_bucket_id",
+            Skip::Oversized => "oversized",
+            Skip::BadCounts => "bad_counts",
+            Skip::TooManyBuckets => "too_many_buckets",
+            Skip::UnknownDomain => "unknown_domain",
+        }
+    }
 }
 
 /// What one decision adds to a rule's counters.
@@ -141,6 +180,9 @@ pub struct Metrics {
     store: StoreMetrics,
     /// Connections refused or closed by a bound, by listener and reason.
     conn: ConnMetrics,
+    /// Quota streams open, and report entries skipped by reason.
+    quota_streams: AtomicI64,
+    quota_skipped: [AtomicU64; Skip::ALL.len()],
 }
 
 #[derive(Debug, Default)]
@@ -362,6 +404,27 @@ impl Metrics {
     /// Records whether the store's circuit breaker is open.
     pub fn circuit(&self, open: bool) {
         self.store.circuit_open.store(u64::from(open), Relaxed);
+    }
+
+    /// A quota stream opened (`true`) or ended.
+    pub fn quota_stream(&self, opened: bool) {
+        self.quota_streams
+            .fetch_add(if opened { 1 } else { -1 }, Relaxed);
+    }
+
+    /// Quota streams open now.
+    pub fn quota_streams(&self) -> i64 {
+        self.quota_streams.load(Relaxed)
+    }
+
+    pub fn quota_skip(&self, why: Skip) {
+        if let Some(c) = Skip::ALL
+            .iter()
+            .position(|s| *s == why)
+            .and_then(|i| self.quota_skipped.get(i))
+        {
+            c.fetch_add(1, Relaxed);
+        }
     }
 
     /// Counts descriptors answered from the local over-limit cache.

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -19,6 +20,7 @@ use crate::config::xds::{self, XdsConfig};
 use crate::conn::{self, Activity, ConnLimits, Guarded, IdleBy, InFlight};
 use crate::limiter::Now;
 use crate::metrics::{Listener, Metrics, Outcome};
+use crate::quota::{self, QuotaOptions, QuotaService};
 use crate::service::RateLimiter;
 use crate::statsd::{self, StatsdConfig};
 use crate::tls::{self, Tls};
@@ -70,6 +72,8 @@ pub struct ServeOptions {
     pub statsd: Option<StatsdConfig>,
     /// Take the rules from an xDS management server instead of files.
     pub xds: Option<XdsConfig>,
+    /// Bounds and timings of the quota (RLQS) service.
+    pub quota: QuotaOptions,
 }
 
 /// What one client may hold on the gRPC listener.
@@ -118,9 +122,11 @@ pub async fn run(
     reporter
         .set_service_status("", ServingStatus::Serving)
         .await;
-    reporter
-        .set_service_status(SERVICE_NAME, ServingStatus::Serving)
-        .await;
+    for name in [SERVICE_NAME, quota::SERVICE_NAME] {
+        reporter
+            .set_service_status(name, ServingStatus::Serving)
+            .await;
+    }
 
     let draining = Arc::new(AtomicBool::new(false));
     let stopper = {
@@ -135,9 +141,11 @@ pub async fn run(
             reporter
                 .set_service_status("", ServingStatus::NotServing)
                 .await;
-            reporter
-                .set_service_status(SERVICE_NAME, ServingStatus::NotServing)
-                .await;
+            for name in [SERVICE_NAME, quota::SERVICE_NAME] {
+                reporter
+                    .set_service_status(name, ServingStatus::NotServing)
+                    .await;
+            }
             token.cancel();
         })
     };
@@ -166,6 +174,14 @@ pub async fn run(
         store = limiter.store().health().backend,
         "sluice listening"
     );
+    let quota = QuotaService::new(
+        limiter.rules().clone(),
+        limiter.store().clone(),
+        limiter.metrics().clone(),
+        opts.quota,
+        limiter.global_shadow(),
+        token.clone(),
+    );
     let g = opts.grpc;
     let router = tonic::transport::Server::builder()
         .max_concurrent_streams(g.max_streams)
@@ -179,6 +195,11 @@ pub async fn run(
         .add_service(health)
         .add_service(Guard {
             inner: RateLimitServiceServer::new(limiter.clone())
+                .max_decoding_message_size(opts.max_request_bytes),
+            metrics: limiter.metrics().clone(),
+        })
+        .add_service(Guard {
+            inner: RateLimitQuotaServiceServer::new(quota)
                 .max_decoding_message_size(opts.max_request_bytes),
             metrics: limiter.metrics().clone(),
         });

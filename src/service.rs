@@ -91,6 +91,11 @@ impl RateLimiter {
         }
     }
 
+    /// Global shadow mode (`--shadow-mode`).
+    pub fn global_shadow(&self) -> bool {
+        self.settings.global_shadow
+    }
+
     pub fn rules(&self) -> &Arc<LiveRules> {
         &self.rules
     }

@@ -73,15 +73,19 @@ impl Pattern {
 }
 
 #[derive(Debug, Default)]
-struct Node {
-    rule: Option<Arc<Rule>>,
-    children: Option<Level>,
+pub(super) struct Node {
+    pub(super) rule: Option<Arc<Rule>>,
+    pub(super) children: Option<Level>,
     /// The configured value, used in place of the runtime value in the counter
     /// key when `share_threshold` is set.
-    shared_value: Option<Box<str>>,
+    pub(super) shared_value: Option<Box<str>>,
     value_to_metric: bool,
     /// The node's own element of the stats path (`key_value` or `key`).
     element: Box<str>,
+    /// The descriptor key the node matches, and its exact value (`None` for a
+    /// key-only default or a wildcard), for quota-mode ambiguity checks.
+    pub(super) key: Box<str>,
+    pub(super) exact: Option<Box<str>>,
 }
 
 #[derive(Debug, Default)]
@@ -91,13 +95,21 @@ struct KeyNodes {
 }
 
 #[derive(Debug, Default)]
-struct Level {
+pub(super) struct Level {
     keys: HashMap<Box<str>, KeyNodes>,
     wildcards: Vec<(Pattern, Node)>,
 }
 
 impl Level {
-    fn find(&self, key: &str, value: &str) -> Option<&Node> {
+    /// Every node of the level, in no particular order.
+    pub(super) fn nodes(&self) -> impl Iterator<Item = &Node> {
+        self.keys
+            .values()
+            .flat_map(|k| k.default.iter().chain(k.values.values()))
+            .chain(self.wildcards.iter().map(|(_, n)| n))
+    }
+
+    pub(super) fn find(&self, key: &str, value: &str) -> Option<&Node> {
         let by_key = self.keys.get(key);
         if let Some(node) = by_key.and_then(|k| k.values.get(value)) {
             return Some(node);
@@ -115,7 +127,7 @@ impl Level {
 /// One domain's tree.
 #[derive(Debug)]
 pub struct Domain {
-    root: Level,
+    pub(super) root: Level,
     rules: Vec<Arc<Rule>>,
     /// Counters for Envoy's per-request limit overrides, which match no rule;
     /// labelled `_override` rather than by their runtime values.
@@ -350,6 +362,12 @@ impl Compiler<'_> {
                 .then(|| Box::from(d.value.as_deref().unwrap_or(&d.key))),
             value_to_metric: d.value_to_metric,
             element: Box::from(composite),
+            key: Box::from(d.key.as_str()),
+            exact: d
+                .value
+                .as_deref()
+                .filter(|_| !composite.contains('*'))
+                .map(Box::from),
         }
     }
 }

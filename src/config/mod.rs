@@ -3,6 +3,7 @@
 //! reloads all go through [`load_dir`], so `check` accepts exactly what the
 //! server would.
 
+mod bucket;
 mod error;
 mod live;
 mod matcher;
@@ -17,6 +18,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub use bucket::{BucketMatch, MAX_BUCKET_ENTRIES};
 pub use error::{ConfigError, LoadError};
 pub use live::{ConfigStatus, LiveRules, Loaded, Reload};
 pub use matcher::{Domain, Match, Rule};
@@ -65,6 +67,22 @@ impl Rules {
             .domains
             .iter()
             .map(|(name, d)| (name.to_string(), d.rules().len()))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Every domain's quota-mode ambiguities ([`Domain::quota_ambiguities`]),
+    /// as `domain 'name': ...` lines, sorted.
+    pub fn quota_ambiguities(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .domains
+            .iter()
+            .flat_map(|(name, d)| {
+                d.quota_ambiguities()
+                    .into_iter()
+                    .map(move |line| format!("domain '{name}': {line}"))
+            })
             .collect();
         out.sort();
         out

@@ -22,6 +22,7 @@ use parking_lot::Mutex;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use super::demand::{DemandTables, DemandUpdate, Fleet};
 use super::{BoxFuture, CounterStats, Increment, Store, StoreError, StoreHealth};
 use crate::limiter::Now;
 use crate::limiter::{Algorithm, Refill, Tally};
@@ -120,6 +121,8 @@ pub struct MemoryStore {
     /// Live counters at the last sweep (the gauge; exact counting per
     /// insert would put a shared atomic on every request).
     live: AtomicU64,
+    /// Quota mode's demand tables, bounded like the counters.
+    pub(super) demand: DemandTables,
 }
 
 impl Default for MemoryStore {
@@ -143,6 +146,7 @@ impl MemoryStore {
             per_shard: max_counters.div_ceil(SHARDS).max(1),
             evictions: AtomicU64::new(0),
             live: AtomicU64::new(0),
+            demand: DemandTables::new(max_counters),
         }
     }
 
@@ -300,6 +304,15 @@ impl Store for MemoryStore {
 
     fn sweep(&self, now: Now) {
         MemoryStore::sweep(self, now);
+    }
+
+    fn demand<'a>(&'a self, update: &'a DemandUpdate) -> BoxFuture<'a, Fleet> {
+        // Only a table that is full refuses; nothing shared can be down here.
+        let fleet = match self.demand.update(update) {
+            Ok(members) => Fleet::Members(members),
+            Err(_) => Fleet::Allow,
+        };
+        Box::pin(std::future::ready(fleet))
     }
 
     fn counters(&self) -> CounterStats {

@@ -4,6 +4,7 @@
 mod batch;
 mod breaker;
 mod cache;
+pub mod demand;
 mod key;
 mod memory;
 mod pool;
@@ -120,6 +121,13 @@ pub trait Store: Send + Sync + 'static {
     /// fallback of a shared one).
     fn counters(&self) -> CounterStats {
         CounterStats::default()
+    }
+
+    /// Writes one member's demand for a quota bucket and reads the fleet's;
+    /// when the store cannot, the failure policy answers. A store without
+    /// demand tables (a test's fake) allows everything.
+    fn demand<'a>(&'a self, _update: &'a demand::DemandUpdate) -> BoxFuture<'a, demand::Fleet> {
+        Box::pin(std::future::ready(demand::Fleet::Allow))
     }
 
     /// A task the store needs while serving (reconnecting, probing), run by

@@ -19,6 +19,7 @@ use redis::{IntoConnectionInfo, Script};
 use sha2::{Digest, Sha256};
 
 use super::batch::Batcher;
+use super::demand::{self, DemandUpdate, MemberDemand};
 pub use super::pool::RedisTls;
 use super::pool::{self, Manager};
 pub use super::script::EXPIRY_SLACK_SECONDS;
@@ -109,7 +110,8 @@ pub struct RedisConfig {
 }
 
 enum Live {
-    Single(Batcher),
+    /// The batcher for increments, and the pool it draws from for the rest.
+    Single(Batcher, bb8::Pool<Manager>),
     Cluster(ClusterConnection),
 }
 
@@ -120,6 +122,7 @@ pub struct RedisStore {
     config: RedisConfig,
     live: ArcSwapOption<Live>,
     script: Arc<Script>,
+    demand_script: Script,
 }
 
 impl fmt::Debug for RedisStore {
@@ -145,6 +148,7 @@ impl RedisStore {
             config,
             live: ArcSwapOption::empty(),
             script: Arc::new(Script::new(SCRIPT)),
+            demand_script: Script::new(demand::SCRIPT),
         })
     }
 
@@ -220,7 +224,10 @@ impl RedisStore {
         let rtt = self.probe_script(&mut conn).await?;
         let in_flight = usize::try_from(self.config.pool_size).unwrap_or(1);
         Ok((
-            Live::Single(Batcher::start(pool, self.script.clone(), in_flight)),
+            Live::Single(
+                Batcher::start(pool.clone(), self.script.clone(), in_flight),
+                pool,
+            ),
             rtt,
         ))
     }
@@ -266,7 +273,7 @@ impl RedisStore {
             .map(|i| Op::new(i, self.keys(i), now))
             .collect();
         match &*live {
-            Live::Single(batcher) => batcher.increment(ops).await,
+            Live::Single(batcher, _) => batcher.increment(ops).await,
             Live::Cluster(conn) => {
                 // One script per slot (a sliding window's two keys share one).
                 let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
@@ -333,6 +340,29 @@ impl RedisStore {
         }
     }
 
+    /// Writes a member's demand to its bucket's hash and reads the fleet's.
+    pub async fn demand(&self, u: &DemandUpdate) -> Result<Vec<MemberDemand>, StoreError> {
+        let live = self
+            .live
+            .load_full()
+            .ok_or_else(|| StoreError::Unavailable("not connected".into()))?;
+        let mut inv = self
+            .demand_script
+            .key(format!("{}sluice:quota:{}", self.config.prefix, u.table));
+        inv.arg(u.member)
+            .arg(u.demand.map(|d| format!("{d:.3}")).unwrap_or_default())
+            .arg(u64::try_from(u.ttl.as_millis()).unwrap_or(u64::MAX).max(1));
+        let raw: Vec<String> = match &*live {
+            Live::Single(_, pool) => {
+                let mut conn = pool.get().await.map_err(unavailable)?.clone();
+                inv.invoke_async(&mut conn).await
+            }
+            Live::Cluster(conn) => inv.invoke_async(&mut conn.clone()).await,
+        }
+        .map_err(|e| classify(&e))?;
+        demand::decode(&raw)
+    }
+
     /// The Redis key of one counter in its current window.
     pub fn redis_key(&self, inc: &Increment) -> String {
         self.keys(inc).swap_remove(0)
@@ -357,6 +387,13 @@ impl super::Primary for RedisStore {
 
     fn describe(&self) -> String {
         self.config.target.to_string()
+    }
+
+    fn demand<'a>(
+        &'a self,
+        update: &'a DemandUpdate,
+    ) -> super::BoxFuture<'a, Result<Vec<MemberDemand>, StoreError>> {
+        Box::pin(RedisStore::demand(self, update))
     }
 }
 

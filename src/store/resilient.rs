@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use super::breaker::{Breaker, PROBE_MAX, Verdict};
+use super::demand::{DemandUpdate, Fleet, MemberDemand};
 use super::{
     BoxFuture, CounterStats, Increment, MemoryStore, OverLimitCache, Store, StoreError,
     StoreHealth, expect_counts,
@@ -38,6 +39,16 @@ pub trait Primary: Send + Sync + 'static {
 
     /// Where the store is, for logs and `/readyz`; never shows a password.
     fn describe(&self) -> String;
+
+    /// Writes a demand update and reads the table's live members.
+    fn demand<'a>(
+        &'a self,
+        _update: &'a DemandUpdate,
+    ) -> BoxFuture<'a, Result<Vec<MemberDemand>, StoreError>> {
+        Box::pin(std::future::ready(Err(StoreError::Unavailable(
+            "no demand tables in this store".into(),
+        ))))
+    }
 }
 
 /// What decides a request the shared store could not count (`--store-failure`).
@@ -174,16 +185,29 @@ impl Resilient {
     }
 
     async fn ask_primary(&self, ask: &[&Increment]) -> Result<Vec<Tally>, ()> {
+        self.guarded(async {
+            self.primary
+                .increment(ask)
+                .await
+                .and_then(|counts| expect_counts(counts, ask.len()))
+        })
+        .await
+    }
+
+    /// One call to the primary under the breaker and the timeout, its
+    /// outcome recorded; `Err` means the failure policy decides.
+    async fn guarded<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, ()> {
         if self.open.load(Relaxed) {
             return Err(());
         }
         let started = Instant::now();
-        let result = tokio::time::timeout(self.timeout, self.primary.increment(ask)).await;
+        let result = tokio::time::timeout(self.timeout, call)
+            .await
+            .unwrap_or(Err(StoreError::Timeout));
         let took = started.elapsed();
-        let result = match result {
-            Ok(r) => r.and_then(|counts| expect_counts(counts, ask.len())),
-            Err(_) => Err(StoreError::Timeout),
-        };
         match result {
             Ok(counts) => {
                 self.metrics.store_call(StoreCall::Ok, took);
@@ -388,6 +412,21 @@ impl Store for Resilient {
 
     fn background(self: Arc<Self>, token: CancellationToken) -> Option<BoxFuture<'static, ()>> {
         Some(Box::pin(self.probe(token)))
+    }
+
+    fn demand<'a>(&'a self, update: &'a DemandUpdate) -> BoxFuture<'a, Fleet> {
+        Box::pin(async move {
+            if let Ok(members) = self.guarded(self.primary.demand(update)).await {
+                return Fleet::Members(members);
+            }
+            let policy = update.on_failure.unwrap_or(self.policy);
+            self.metrics.policy_decisions(policy.name(), 1);
+            match policy {
+                FailurePolicy::Fallback => self.fallback.demand(update).await,
+                FailurePolicy::Allow => Fleet::Allow,
+                FailurePolicy::Deny => Fleet::Deny,
+            }
+        })
     }
 }
 

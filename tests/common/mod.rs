@@ -20,6 +20,7 @@ use tonic::transport::Channel;
 
 pub mod fake_redis;
 pub mod h2raw;
+pub mod quota;
 pub mod redis;
 pub mod stack;
 

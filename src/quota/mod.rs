@@ -1,0 +1,164 @@
+//! Quota mode: Envoy's Rate Limit Quota Service
+//! (`envoy.service.rate_limit_quota.v3.RateLimitQuotaService`), served from
+//! the same rule files as the classic service, on the same gRPC listener.
+//!
+//! Each Envoy opens one stream and reports, per bucket, how many requests it
+//! allowed and denied; sluice answers with a token bucket per bucket that
+//! Envoy enforces locally, so no request waits for a round trip. A bucket id
+//! is matched against the domain's rules ([`crate::config::BucketMatch`]);
+//! the rule's rate is split among every Envoy reporting that bucket, on
+//! every sluice instance sharing the store, by demand ([`share`]). Streams
+//! ([`stream`]) rebalance on a timer and push when a share moves enough,
+//! when the rules change, or when an Envoy joins or leaves.
+
+mod share;
+mod stream;
+mod target;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaService;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status, Streaming};
+
+pub use share::{Assignment, TokenBucket, bucket, split, worth_pushing};
+
+use crate::config::LiveRules;
+use crate::conn::Activity;
+use crate::metrics::Metrics;
+use crate::store::Store;
+
+/// The gRPC service name, for health checks.
+pub const SERVICE_NAME: &str = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService";
+
+/// Bounds and timings of quota mode.
+#[derive(Debug, Clone, Copy)]
+pub struct QuotaOptions {
+    /// Streams (Envoys) served at once (`--quota-max-streams`).
+    pub max_streams: usize,
+    /// Buckets one stream may report (`--quota-max-buckets`).
+    pub max_buckets: usize,
+    /// How long an assignment holds without being renewed
+    /// (`--quota-assignment-ttl`); Envoy reads whole seconds.
+    pub assignment_ttl: Duration,
+    /// How often each stream re-reads its fleets and pushes changed shares
+    /// (`--quota-rebalance-interval`).
+    pub rebalance: Duration,
+    /// A bucket reported with no requests for this long is abandoned
+    /// (`--quota-abandon-after`).
+    pub abandon_after: Duration,
+}
+
+impl Default for QuotaOptions {
+    fn default() -> Self {
+        QuotaOptions {
+            max_streams: 1024,
+            max_buckets: 1000,
+            assignment_ttl: Duration::from_secs(15),
+            rebalance: Duration::from_secs(1),
+            abandon_after: Duration::from_secs(300),
+        }
+    }
+}
+
+/// What every stream shares.
+pub(crate) struct Shared {
+    pub(crate) rules: Arc<LiveRules>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) opts: QuotaOptions,
+    /// `--shadow-mode`: every bucket is allowed, what would be denied counted.
+    pub(crate) global_shadow: bool,
+    /// A random base for member ids, so two instances never share one.
+    instance: u64,
+    next: AtomicU64,
+}
+
+impl Shared {
+    fn member(&self) -> u64 {
+        self.instance.wrapping_add(
+            self.next
+                .fetch_add(1, Relaxed)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        )
+    }
+}
+
+/// The RLQS gRPC service.
+#[derive(Clone)]
+pub struct QuotaService {
+    shared: Arc<Shared>,
+    streams: Arc<Semaphore>,
+    token: CancellationToken,
+}
+
+impl QuotaService {
+    /// Streams end, with a last renewal of their assignments, when `token`
+    /// is cancelled.
+    pub fn new(
+        rules: Arc<LiveRules>,
+        store: Arc<dyn Store>,
+        metrics: Arc<Metrics>,
+        opts: QuotaOptions,
+        global_shadow: bool,
+        token: CancellationToken,
+    ) -> QuotaService {
+        let instance = {
+            use std::hash::{BuildHasher, RandomState};
+            RandomState::new().hash_one(std::process::id())
+        };
+        QuotaService {
+            streams: Arc::new(Semaphore::new(opts.max_streams.max(1))),
+            shared: Arc::new(Shared {
+                rules,
+                store,
+                metrics,
+                opts,
+                global_shadow,
+                instance,
+                next: AtomicU64::new(1),
+            }),
+            token,
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitQuotaService for QuotaService {
+    type StreamRateLimitQuotasStream = ReceiverStream<Result<RateLimitQuotaResponse, Status>>;
+
+    async fn stream_rate_limit_quotas(
+        &self,
+        request: Request<Streaming<RateLimitQuotaUsageReports>>,
+    ) -> Result<Response<Self::StreamRateLimitQuotasStream>, Status> {
+        let permit = self.streams.clone().try_acquire_owned().map_err(|_| {
+            Status::resource_exhausted(format!(
+                "{} quota streams open already (--quota-max-streams)",
+                self.shared.opts.max_streams
+            ))
+        })?;
+        // The connection is busy for as long as the stream lives, so the
+        // idle timeout never cuts an Envoy that reports on one stream.
+        let busy = request
+            .extensions()
+            .get::<Arc<Activity>>()
+            .map(Activity::start);
+        let (tx, rx) = mpsc::channel(8);
+        let member = self.shared.member();
+        let task = stream::QuotaStream::new(self.shared.clone(), member, tx);
+        let token = self.token.clone();
+        tokio::spawn(async move {
+            task.run(request.into_inner(), token).await;
+            drop(busy);
+            drop(permit);
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}

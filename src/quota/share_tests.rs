@@ -1,0 +1,80 @@
+use super::*;
+
+fn m(member: u64, demand: f64) -> MemberDemand {
+    MemberDemand { member, demand }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+#[test]
+fn shares_always_add_up_to_the_rate() {
+    for members in [
+        vec![m(1, 0.0)],
+        vec![m(1, 100.0), m(2, 0.0)],
+        vec![m(1, 9.0), m(2, 1.0), m(3, -1.0)],
+        vec![m(1, -1.0), m(2, -1.0)],
+        vec![m(1, 1e9), m(2, 1e9), m(3, 0.5)],
+    ] {
+        let s = split(6.0, &members);
+        assert!(close(s.iter().sum::<f64>(), 6.0), "{members:?} -> {s:?}");
+        assert!(
+            s.iter()
+                .all(|x| *x >= 6.0 * FLOOR / members.len() as f64 - 1e-9)
+        );
+    }
+    assert!(split(6.0, &[]).is_empty());
+}
+
+#[test]
+fn a_flood_does_not_starve_a_quiet_envoy() {
+    // 6/s to share; one Envoy floods at 600/s, the other asks 1/s.
+    let s = split(6.0, &[m(1, 600.0), m(2, 1.0)]);
+    assert!(s[1] >= 1.25 - 1e-9, "{s:?}");
+    assert!(s[0] > 4.0, "{s:?}");
+}
+
+#[test]
+fn skewed_demand_gets_the_larger_share() {
+    // 9:1 under the budget's even part for the quiet one.
+    let s = split(10.0, &[m(1, 18.0), m(2, 2.0)]);
+    assert!(s[0] > 7.0 && s[1] >= 2.5 - 1e-9, "{s:?}");
+    // Both over: an even split.
+    let s = split(10.0, &[m(1, 90.0), m(2, 10.0)]);
+    assert!(close(s[0], 5.0) && close(s[1], 5.0), "{s:?}");
+}
+
+#[test]
+fn newcomers_are_taken_at_the_mean() {
+    let s = split(10.0, &[m(1, 4.0), m(2, -1.0)]);
+    assert!(close(s[0], s[1]), "{s:?}");
+}
+
+#[test]
+fn buckets_round_down_and_never_hit_zero() {
+    let b = bucket(3.0, 120, 20, Algorithm::FixedWindow);
+    assert_eq!(
+        b,
+        TokenBucket {
+            max_tokens: 3,
+            tokens_per_fill: 60,
+            fill_interval_seconds: 20
+        }
+    );
+    let tiny = bucket(0.0001, 5, 3600, Algorithm::FixedWindow);
+    assert_eq!((tiny.max_tokens, tiny.tokens_per_fill), (1, 1));
+    let tb = bucket(5.0, 10, 1, Algorithm::TokenBucket { burst: 40 });
+    assert_eq!((tb.max_tokens, tb.tokens_per_fill), (20, 5));
+}
+
+#[test]
+fn small_moves_are_not_pushed() {
+    let held = Assignment::Bucket(bucket(3.0, 120, 20, Algorithm::FixedWindow));
+    let near = Assignment::Bucket(bucket(3.2, 120, 20, Algorithm::FixedWindow));
+    let far = Assignment::Bucket(bucket(4.0, 120, 20, Algorithm::FixedWindow));
+    assert!(!worth_pushing(Some(&held), &near));
+    assert!(worth_pushing(Some(&held), &far));
+    assert!(worth_pushing(Some(&held), &Assignment::AllowAll));
+    assert!(worth_pushing(None, &held));
+}

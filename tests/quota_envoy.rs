@@ -1,0 +1,178 @@
+//! Quota mode end to end: real Envoys running the shipped `envoy/rlqs.yaml`
+//! report to sluice and enforce the token buckets it assigns; a real Redis
+//! shares one budget between sluice instances.
+//!
+//! Each test warms its bucket first (one request per Envoy, then waits until
+//! sluice has assigned every Envoy its share), because the shipped config
+//! admits a key's requests until its first assignment arrives
+//! (`no_assignment_behavior: ALLOW_ALL`, one round trip); the floods then
+//! measure what the assignments let through. Floods are paced (100/s per
+//! Envoy, far above every share) so two cores can run them.
+
+mod common;
+
+use std::time::Duration;
+
+use common::quota::{QuotaEnvoy, Upstream, partner_rules, quota_metric};
+use common::redis::RedisServer;
+use common::{Sluice, eventually};
+
+/// 120 per 20s: 6 per second across the fleet.
+const LIMIT: u64 = 120;
+const WINDOW: u64 = 20;
+
+fn warm(sluices: &[&Sluice], envoys: &[&QuotaEnvoy], key: &str) {
+    for e in envoys {
+        e.get(key);
+    }
+    let want = envoys.len() as f64;
+    assert!(
+        eventually(Duration::from_secs(15), || {
+            sluices
+                .iter()
+                .map(|s| quota_metric(s, "sluice_quota_envoys"))
+                .sum::<f64>()
+                >= want
+        }),
+        "not every Envoy reported the bucket"
+    );
+    // Every Envoy holds its share of the split (not the whole budget it may
+    // have been given while it was alone).
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let assigned: f64 = sluices
+                .iter()
+                .map(|s| quota_metric(s, "sluice_quota_assigned_per_second"))
+                .sum();
+            assigned <= (LIMIT / WINDOW) as f64 + 0.01
+        }),
+        "shares never settled"
+    );
+}
+
+/// Floods both Envoys for one window; returns what each admitted.
+fn flood_both(a: &QuotaEnvoy, b: &QuotaEnvoy, key: &str) -> (u64, u64) {
+    let run = Duration::from_secs(WINDOW);
+    std::thread::scope(|s| {
+        let ta = s.spawn(|| a.flood(key, run, Some(100.0), 2));
+        let tb = s.spawn(|| b.flood(key, run, Some(100.0), 2));
+        let (ta, tb) = (ta.join().unwrap(), tb.join().unwrap());
+        assert!(ta.limited() > 0 && tb.limited() > 0, "{ta:?} {tb:?}");
+        assert_eq!(ta.other() + tb.other(), 0);
+        (ta.ok(), tb.ok())
+    })
+}
+
+/// The bound: the rule's count, plus each Envoy's burst (one second of its
+/// share, its bucket starting full), plus rounding: within 10%.
+fn assert_within_limit(a: u64, b: u64) {
+    let total = a + b;
+    let low = LIMIT * 85 / 100;
+    let high = LIMIT * 110 / 100;
+    assert!(
+        (low..=high).contains(&total),
+        "admitted {a} + {b} = {total} against {LIMIT}"
+    );
+    // An even split of an even flood.
+    assert!(a.abs_diff(b) <= LIMIT / 5, "{a} vs {b}");
+}
+
+#[test]
+fn two_envoys_flooded_for_a_window_stay_within_the_rule() {
+    let rules = partner_rules(LIMIT as u32, "20s");
+    let sluice = Sluice::start(&[("api.yaml", &rules)], &[]);
+    let upstream = Upstream::start();
+    let a = QuotaEnvoy::start(&sluice, &upstream);
+    let b = QuotaEnvoy::start(&sluice, &upstream);
+    warm(&[&sluice], &[&a, &b], "acme");
+    let (oa, ob) = flood_both(&a, &b, "acme");
+    eprintln!("one sluice: {oa} + {ob}");
+    assert_within_limit(oa, ob);
+    // The reported counts reach the rule's metrics.
+    assert!(quota_metric(&sluice, "sluice_quota_allowed_total") >= (oa + ob - 10) as f64);
+}
+
+#[test]
+fn two_sluices_on_one_redis_share_one_budget() {
+    let redis = RedisServer::start();
+    let rules = partner_rules(LIMIT as u32, "20s");
+    let args = ["--redis-url", &redis.url()];
+    let s1 = Sluice::start(&[("api.yaml", &rules)], &args);
+    let s2 = Sluice::start(&[("api.yaml", &rules)], &args);
+    for s in [&s1, &s2] {
+        assert!(eventually(Duration::from_secs(10), || s.readyz()["status"] == "ready"));
+    }
+    let upstream = Upstream::start();
+    let a = QuotaEnvoy::start(&s1, &upstream);
+    let b = QuotaEnvoy::start(&s2, &upstream);
+    warm(&[&s1, &s2], &[&a, &b], "acme");
+    let (oa, ob) = flood_both(&a, &b, "acme");
+    eprintln!("two sluices: {oa} + {ob}");
+    assert_within_limit(oa, ob);
+}
+
+#[test]
+fn skewed_demand_gives_the_busy_envoy_most_and_the_quiet_one_all_it_asks() {
+    let rules = partner_rules(LIMIT as u32, "20s");
+    let sluice = Sluice::start(&[("api.yaml", &rules)], &[]);
+    let upstream = Upstream::start();
+    let busy = QuotaEnvoy::start(&sluice, &upstream);
+    let quiet = QuotaEnvoy::start(&sluice, &upstream);
+    warm(&[&sluice], &[&busy, &quiet], "acme");
+    // 9 requests per second against 1, 10 against a budget of 6. Two
+    // reports (10 s) let sluice measure the demand; then 15 s are counted.
+    let (b, q) = std::thread::scope(|s| {
+        let tb = s.spawn(|| {
+            busy.flood("acme", Duration::from_secs(10), Some(9.0), 1);
+            busy.flood("acme", Duration::from_secs(15), Some(9.0), 1)
+        });
+        let tq = s.spawn(|| {
+            quiet.flood("acme", Duration::from_secs(10), Some(1.0), 1);
+            quiet.flood("acme", Duration::from_secs(15), Some(1.0), 1)
+        });
+        (tb.join().unwrap(), tq.join().unwrap())
+    });
+    eprintln!("busy {b:?}, quiet {q:?}");
+    assert!(b.ok() > 3 * q.ok(), "busy {} vs quiet {}", b.ok(), q.ok());
+    // Busy: most of the 6/s (4.75/s by the split) and never more than all.
+    assert!((55..=95).contains(&b.ok()), "busy admitted {}", b.ok());
+    assert!(q.limited() <= 1, "the quiet Envoy was refused: {q:?}");
+}
+
+#[test]
+fn a_departed_envoys_share_returns_and_a_rule_edit_reassigns_at_once() {
+    let rules = partner_rules(LIMIT as u32, "20s");
+    let sluice = Sluice::start(&[("api.yaml", &rules)], &[]);
+    let upstream = Upstream::start();
+    let a = QuotaEnvoy::start(&sluice, &upstream);
+    let mut b = QuotaEnvoy::start(&sluice, &upstream);
+    warm(&[&sluice], &[&a, &b], "acme");
+    let killed = std::time::Instant::now();
+    b.kill();
+    // Within a few reporting intervals (5 s each), A holds the whole 6/s.
+    assert!(
+        eventually(Duration::from_secs(15), || {
+            quota_metric(&sluice, "sluice_quota_assigned_per_second") >= 5.9
+        }),
+        "the departed Envoy's share never came back"
+    );
+    eprintln!("share back after {:?}", killed.elapsed());
+    let t = a.flood("acme", Duration::from_secs(5), Some(100.0), 2);
+    assert!(t.ok() >= 25, "A admitted {} in 5 s at 6/s", t.ok());
+    // Doubling the rule: new assignments within one reporting interval.
+    std::fs::write(
+        sluice.dir().join("api.yaml"),
+        partner_rules(2 * LIMIT as u32, "20s"),
+    )
+    .unwrap();
+    let edited = std::time::Instant::now();
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            quota_metric(&sluice, "sluice_quota_assigned_per_second") >= 11.9
+        }),
+        "the edit was not reassigned"
+    );
+    eprintln!("edit assigned after {:?}", edited.elapsed());
+    let t = a.flood("acme", Duration::from_secs(5), Some(100.0), 2);
+    assert!(t.ok() >= 50, "A admitted {} in 5 s at 12/s", t.ok());
+}
