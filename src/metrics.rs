@@ -51,36 +51,6 @@ pub struct RuleStats {
     pub quota_assigned_milli: AtomicI64,
 }
 
-/// Why a quota usage report (one bucket of it) was skipped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Skip {
-    NoBucketId,
-    Oversized,
-    BadCounts,
-    TooManyBuckets,
-    UnknownDomain,
-}
-
-impl Skip {
-    pub const ALL: [Skip; 5] = [
-        Skip::NoBucketId,
-        Skip::Oversized,
-        Skip::BadCounts,
-        Skip::TooManyBuckets,
-        Skip::UnknownDomain,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Skip::NoBucketId => "no_bucket_id",
-            Skip::Oversized => "oversized",
-            Skip::BadCounts => "bad_counts",
-            Skip::TooManyBuckets => "too_many_buckets",
-            Skip::UnknownDomain => "unknown_domain",
-        }
-    }
-}
-
 /// What one decision adds to a rule's counters.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct StatDelta {
@@ -406,34 +376,16 @@ impl Metrics {
         self.store.circuit_open.store(u64::from(open), Relaxed);
     }
 
-    /// A quota stream opened (`true`) or ended.
-    pub fn quota_stream(&self, opened: bool) {
-        self.quota_streams
-            .fetch_add(if opened { 1 } else { -1 }, Relaxed);
-    }
-
-    /// Quota streams open now.
-    pub fn quota_streams(&self) -> i64 {
-        self.quota_streams.load(Relaxed)
-    }
-
-    pub fn quota_skip(&self, why: Skip) {
-        if let Some(c) = Skip::ALL
-            .iter()
-            .position(|s| *s == why)
-            .and_then(|i| self.quota_skipped.get(i))
-        {
-            c.fetch_add(1, Relaxed);
-        }
-    }
-
     /// Counts descriptors answered from the local over-limit cache.
     pub fn local_cache_hits(&self, n: u64) {
         self.store.local_cache_hits.fetch_add(n, Relaxed);
     }
 }
 
+mod quota;
 mod render;
+
+pub use quota::Skip;
 
 pub(crate) use render::RULE_COUNTERS;
 

@@ -58,6 +58,8 @@ impl Domain {
     pub fn quota_ambiguities(&self) -> Vec<String> {
         let mut paths: Vec<Vec<&Node>> = Vec::new();
         collect(&self.root, &mut Vec::new(), &mut paths);
+        // Levels are hash maps: sort so the report reads the same every time.
+        paths.sort_by_cached_key(|p| label(p));
         let mut by_keys: BTreeMap<Vec<&str>, Vec<&Vec<&Node>>> = BTreeMap::new();
         let mut out = Vec::new();
         for p in &paths {

@@ -90,81 +90,6 @@ impl Metrics {
         out
     }
 
-    /// Quota mode: per rule that Envoys ever reported to this instance, and
-    /// the streams and skipped report entries.
-    fn render_quota(
-        &self,
-        out: &mut String,
-        rules: &[(super::RuleKey, std::sync::Arc<RuleStats>)],
-    ) {
-        let _ = writeln!(
-            out,
-            "# HELP sluice_quota_streams Quota (RLQS) streams open.\n# TYPE sluice_quota_streams gauge\nsluice_quota_streams {}",
-            self.quota_streams.load(Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP sluice_quota_reports_skipped_total Bucket usage entries skipped, by reason.\n# TYPE sluice_quota_reports_skipped_total counter"
-        );
-        for (skip, c) in super::Skip::ALL.iter().zip(&self.quota_skipped) {
-            let _ = writeln!(
-                out,
-                "sluice_quota_reports_skipped_total{{reason=\"{}\"}} {}",
-                skip.name(),
-                c.load(Relaxed)
-            );
-        }
-        let seen: Vec<_> = rules
-            .iter()
-            .filter(|(_, s)| s.quota_limit_milli.load(Relaxed) > 0)
-            .collect();
-        type Read = fn(&RuleStats) -> f64;
-        let series: [(&str, &str, &str, Read); 5] = [
-            (
-                "sluice_quota_envoys",
-                "gauge",
-                "Envoys reporting a bucket of the rule to this instance (one per Envoy and bucket).",
-                |s| s.quota_envoys.load(Relaxed) as f64,
-            ),
-            (
-                "sluice_quota_allowed_total",
-                "counter",
-                "Requests Envoys reported allowed under the rule's assignments.",
-                |s| s.quota_allowed.load(Relaxed) as f64,
-            ),
-            (
-                "sluice_quota_denied_total",
-                "counter",
-                "Requests Envoys reported denied under the rule's assignments.",
-                |s| s.quota_denied.load(Relaxed) as f64,
-            ),
-            (
-                "sluice_quota_assigned_per_second",
-                "gauge",
-                "Requests per second assigned to this instance's Envoys under the rule (sum over buckets).",
-                |s| s.quota_assigned_milli.load(Relaxed) as f64 / 1000.0,
-            ),
-            (
-                "sluice_quota_limit_per_second",
-                "gauge",
-                "The rule's rate per bucket, requests per second.",
-                |s| s.quota_limit_milli.load(Relaxed) as f64 / 1000.0,
-            ),
-        ];
-        for (name, kind, help, read) in series {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for ((domain, path), stats) in &seen {
-                let _ = writeln!(
-                    out,
-                    "{name}{{domain=\"{}\",rule=\"{}\"}} {}",
-                    escape(domain),
-                    escape(path),
-                    read(stats)
-                );
-            }
-        }
-    }
-
     fn render_store(&self, out: &mut String) {
         let st = &self.store;
         write_histogram(
@@ -306,7 +231,7 @@ pub(crate) const RULE_COUNTERS: [(&str, &str, Getter); 5] = [
     ),
 ];
 
-fn escape(s: &str) -> String {
+pub(super) fn escape(s: &str) -> String {
     s.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")

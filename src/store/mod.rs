@@ -7,6 +7,7 @@ mod cache;
 pub mod demand;
 mod key;
 mod memory;
+mod policy;
 mod pool;
 pub mod redis;
 mod resilient;
@@ -19,7 +20,8 @@ use std::pin::Pin;
 pub use cache::OverLimitCache;
 pub use key::{CounterKey, KeySpace};
 pub use memory::{DEFAULT_MAX_COUNTERS, MemoryStore};
-pub use resilient::{FailurePolicy, Primary, Resilient, ResilientOptions};
+pub use policy::FailurePolicy;
+pub use resilient::{Primary, Resilient, ResilientOptions};
 
 use crate::limiter::{Algorithm, Tally, Window};
 

@@ -16,8 +16,8 @@ use tracing::{error, info, warn};
 use super::breaker::{Breaker, PROBE_MAX, Verdict};
 use super::demand::{DemandUpdate, Fleet, MemberDemand};
 use super::{
-    BoxFuture, CounterStats, Increment, MemoryStore, OverLimitCache, Store, StoreError,
-    StoreHealth, expect_counts,
+    BoxFuture, CounterStats, FailurePolicy, Increment, MemoryStore, OverLimitCache, Store,
+    StoreError, StoreHealth, expect_counts,
 };
 use crate::limiter::{Algorithm, Now, Refill, Tally};
 use crate::metrics::{Metrics, StoreCall};
@@ -48,47 +48,6 @@ pub trait Primary: Send + Sync + 'static {
         Box::pin(std::future::ready(Err(StoreError::Unavailable(
             "no demand tables in this store".into(),
         ))))
-    }
-}
-
-/// What decides a request the shared store could not count (`--store-failure`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum FailurePolicy {
-    /// Count in this process's memory: limits stay enforced per instance.
-    #[default]
-    Fallback,
-    /// Admit.
-    Allow,
-    /// Answer OVER_LIMIT.
-    Deny,
-}
-
-impl FailurePolicy {
-    pub fn name(self) -> &'static str {
-        match self {
-            FailurePolicy::Fallback => "fallback",
-            FailurePolicy::Allow => "allow",
-            FailurePolicy::Deny => "deny",
-        }
-    }
-
-    /// A policy by its name in rule files (`on_store_failure`).
-    pub fn parse(s: &str) -> Option<FailurePolicy> {
-        [
-            FailurePolicy::Fallback,
-            FailurePolicy::Allow,
-            FailurePolicy::Deny,
-        ]
-        .into_iter()
-        .find(|p| p.name() == s)
-    }
-
-    fn in_use(self) -> &'static str {
-        match self {
-            FailurePolicy::Fallback => "memory-fallback",
-            FailurePolicy::Allow => "allow-all",
-            FailurePolicy::Deny => "deny-all",
-        }
     }
 }
 
