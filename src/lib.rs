@@ -6,7 +6,8 @@
 //! - [`limiter`]: pure decisions (windows, hits, statuses, Retry-After).
 //! - [`store`]: counter stores behind one trait.
 //! - [`privacy`]: email values normalised and hashed at the edge.
-//! - [`service`]: the gRPC `ShouldRateLimit` handler; [`admin`]: HTTP endpoints.
+//! - [`service`]: the gRPC `ShouldRateLimit` handler; [`admin`]: HTTP endpoints;
+//!   [`console`]: the operator's page on the admin port.
 //! - [`tls`]: optional (mutual) TLS on the gRPC listener, reloaded on change.
 //! - [`conn`]: connection bounds (cap, idle timeout, accept backoff).
 //! - [`quota`]: Envoy's Rate Limit Quota Service, from the same rules.
@@ -30,6 +31,7 @@ pub mod admin;
 pub mod bench;
 pub mod config;
 pub mod conn;
+pub mod console;
 pub mod fuzzing;
 pub mod hex;
 pub mod limiter;

@@ -291,6 +291,14 @@ struct LimitArgs {
     /// Bytes of one detailed_metric rule label; longer ones are counted under the rule.
     #[arg(long, env = "SLUICE_MAX_METRIC_LABEL_BYTES", default_value_t = MetricLimits::default().label_bytes)]
     max_metric_label_bytes: usize,
+    /// Keys the console's top of over-limit descriptors keeps (memory is this
+    /// many times two generations times 256 bytes at most); 0 turns it off.
+    #[arg(long, env = "SLUICE_CONSOLE_TOP_KEYS", default_value_t = MetricLimits::default().top_keys)]
+    console_top_keys: usize,
+    /// Show client IP addresses in the console's top keys in clear (masked to
+    /// their first half by default).
+    #[arg(long, env = "SLUICE_CONSOLE_SHOW_ADDRESSES")]
+    console_show_addresses: bool,
 }
 
 /// What clients may hold on the two listeners.
@@ -382,6 +390,8 @@ impl LimitArgs {
         MetricLimits {
             detailed_sets: self.max_detailed_metrics,
             label_bytes: self.max_metric_label_bytes,
+            top_keys: self.console_top_keys,
+            show_addresses: self.console_show_addresses,
         }
     }
 }

@@ -21,6 +21,10 @@ pub struct MetricLimits {
     /// Bytes of one `detailed_metric` rule label; a longer one is folded into
     /// the rule's own path (`--max-metric-label-bytes`).
     pub label_bytes: usize,
+    /// Slots of the console's top over-limit keys (`--console-top-keys`).
+    pub top_keys: usize,
+    /// Show client addresses in the top keys (`--console-show-addresses`).
+    pub show_addresses: bool,
 }
 
 impl Default for MetricLimits {
@@ -28,6 +32,8 @@ impl Default for MetricLimits {
         MetricLimits {
             detailed_sets: 10_000,
             label_bytes: 256,
+            top_keys: 64,
+            show_addresses: false,
         }
     }
 }
@@ -132,9 +138,11 @@ pub struct ServiceTotals {
 type RuleMap = BTreeMap<Arc<str>, BTreeMap<Arc<str>, Arc<RuleStats>>>;
 
 /// Every metric sluice exports. Cheap to share: clone the `Arc`.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
     limits: MetricLimits,
+    /// The descriptors most often over their limit lately (the console).
+    pub top_keys: TopKeys,
     rules: Mutex<RuleMap>,
     /// Distinct `detailed_metric` label sets so far (changed under `rules`).
     detailed: AtomicUsize,
@@ -200,7 +208,22 @@ impl Metrics {
     pub fn with_limits(limits: MetricLimits) -> Metrics {
         Metrics {
             limits,
-            ..Metrics::default()
+            top_keys: TopKeys::new(limits.top_keys, limits.show_addresses),
+            rules: Mutex::default(),
+            detailed: AtomicUsize::default(),
+            requests_ok: AtomicU64::default(),
+            requests_over: AtomicU64::default(),
+            requests_invalid: AtomicU64::default(),
+            latency: Histogram::default(),
+            domain_not_found: AtomicU64::default(),
+            global_shadow_mode: AtomicU64::default(),
+            config_loads: AtomicU64::default(),
+            config_load_errors: AtomicU64::default(),
+            config_generation: AtomicU64::default(),
+            store: StoreMetrics::default(),
+            conn: ConnMetrics::default(),
+            quota_streams: AtomicI64::default(),
+            quota_skipped: Default::default(),
         }
     }
 
@@ -384,8 +407,16 @@ impl Metrics {
 
 mod quota;
 mod render;
+mod top;
 
 pub use quota::Skip;
+pub use top::{MAX_TEXT as TOP_KEY_BYTES, TopKey, TopKeys};
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::with_limits(MetricLimits::default())
+    }
+}
 
 pub(crate) use render::RULE_COUNTERS;
 

@@ -18,6 +18,7 @@ use crate::admin::{self, AdminLimits, AdminState};
 use crate::config::watch;
 use crate::config::xds::{self, XdsConfig};
 use crate::conn::{self, Activity, ConnLimits, Guarded, IdleBy, InFlight};
+use crate::console::{self, Console};
 use crate::limiter::Now;
 use crate::metrics::{Listener, Metrics, Outcome};
 use crate::quota::{self, QuotaOptions, QuotaService};
@@ -151,6 +152,12 @@ pub async fn run(
     };
 
     let sweeper = tokio::spawn(sweep(limiter.clone(), token.clone()));
+    let console = Arc::new(Console::default());
+    let console_task = tokio::spawn(console::run(
+        console.clone(),
+        limiter.clone(),
+        token.clone(),
+    ));
     let statsd = opts
         .statsd
         .clone()
@@ -245,6 +252,7 @@ pub async fn run(
             limiter,
             draining,
             access: Arc::new(opts.admin.access.clone()),
+            console,
         },
         opts.admin,
         token.clone(),
@@ -269,6 +277,7 @@ pub async fn run(
     };
     token.cancel();
     let _ = sweeper.await;
+    let _ = console_task.await;
     if let Some(t) = store_task {
         let _ = t.await;
     }

@@ -192,6 +192,13 @@ impl RateLimiter {
                 };
                 let tally = counts.next().unwrap_or(Tally::Count(u64::MAX));
                 let s = c.decide(d.hits, tally, now_ms, &self.settings.knobs);
+                if s.stats.over_limit > 0 {
+                    // Only over-limit descriptors reach the console's top.
+                    let rule = c.rule.map_or("_override", |r| &r.label);
+                    self.metrics
+                        .top_keys
+                        .record(&c.key, rule, s.stats.over_limit, now_ms / 1000);
+                }
                 match (&c.metric_path, c.rule) {
                     (Some(path), Some(rule)) => self
                         .metrics

@@ -1,0 +1,230 @@
+//! The operator's console on the admin port: a page (`GET /`, every asset
+//! compiled in, no network needed) that reads one JSON document
+//! (`GET /api/console`) every two seconds.
+//!
+//! Nothing here is on the request path. A task samples, once a second, the
+//! per-rule counters the rules already keep (into [`history::Rates`]), the
+//! store's health and the config's generation (into journals of failovers
+//! and loads); the top over-limit keys come from the bounded sketch in
+//! [`crate::metrics::TopKeys`].
+
+mod history;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use history::{Journal, Rates};
+
+use crate::config::LimitDef;
+use crate::service::RateLimiter;
+
+/// The page and its assets, compiled into the binary.
+pub const PAGE: &str = include_str!("page.html");
+pub const SCRIPT: &str = include_str!("page.js");
+pub const STYLE: &str = include_str!("page.css");
+
+/// Keys shown in the console's top.
+const TOP_SHOWN: usize = 20;
+/// A rule is shown as blocking when it refused requests this recently.
+const BLOCKING_SECONDS: usize = 10;
+
+#[derive(Debug, Default)]
+struct State {
+    rates: Rates,
+    failovers: Journal,
+    loads: Journal,
+    /// The store's `in_use` and health at the last sample.
+    store: Option<(&'static str, bool)>,
+    ever_healthy: bool,
+    generation: u64,
+    last_error: Option<String>,
+    loaded_at: u64,
+}
+
+/// What the console samples and serves.
+#[derive(Debug)]
+pub struct Console {
+    started: Instant,
+    state: Mutex<State>,
+}
+
+impl Default for Console {
+    fn default() -> Self {
+        Console {
+            started: Instant::now(),
+            state: Mutex::new(State::default()),
+        }
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Console {
+    /// One sample of rates, store health and config.
+    pub fn sample(&self, limiter: &RateLimiter, now: u64) {
+        let loaded = limiter.rules().current();
+        let status = limiter.rules().status();
+        let health = limiter.store().health();
+        let mut st = self.state.lock();
+        let domains = loaded.rules.summary();
+        let rules = domains
+            .iter()
+            .filter_map(|(name, _)| loaded.rules.domain(name))
+            .flat_map(|d| d.rules().iter())
+            .map(|r| (&r.domain, &*r.label, &*r.stats));
+        st.rates.sample(rules);
+        let store = (health.in_use, health.healthy);
+        if st.store != Some(store) {
+            let what = match (st.store.is_none(), st.ever_healthy, health.healthy) {
+                (true, _, false) => format!(
+                    "store {} not reached yet; deciding by {}",
+                    health.backend, health.in_use
+                ),
+                (_, false, true) => format!("store {} in use", health.backend),
+                (_, true, true) => format!("store {} back", health.backend),
+                (_, _, false) => format!(
+                    "store down, deciding by {}: {}",
+                    health.in_use,
+                    health.detail.as_deref().unwrap_or("")
+                ),
+            };
+            st.failovers.push(now, what);
+            st.store = Some(store);
+            st.ever_healthy |= health.healthy;
+        }
+        if status.generation != st.generation {
+            let counts: Vec<String> = domains
+                .iter()
+                .map(|(d, n)| format!("{d} {n} rules"))
+                .collect();
+            st.loads.push(
+                now,
+                format!(
+                    "generation {} loaded: {}",
+                    status.generation,
+                    counts.join(", ")
+                ),
+            );
+            st.generation = status.generation;
+            st.loaded_at = now;
+        }
+        if status.last_error != st.last_error {
+            if let Some(e) = &status.last_error {
+                st.loads.push(now, format!("load rejected: {e}"));
+            }
+            st.last_error = status.last_error;
+        }
+    }
+
+    /// The document `GET /api/console` answers.
+    pub fn snapshot(&self, limiter: &RateLimiter, status: &str, now: u64) -> Value {
+        let loaded = limiter.rules().current();
+        let config = limiter.rules().status();
+        let health = limiter.store().health();
+        let st = self.state.lock();
+        let domains: Vec<Value> = loaded
+            .rules
+            .summary()
+            .iter()
+            .filter_map(|(name, _)| loaded.rules.domain(name).map(|d| (name, d)))
+            .map(|(name, d)| {
+                let rules: Vec<Value> = d
+                    .rules()
+                    .iter()
+                    .map(|r| {
+                        let samples = st.rates.of(&r.domain, &r.label);
+                        let series = |i: usize| -> Vec<u32> {
+                            samples.iter().map(|s| s.get(i).copied().unwrap_or(0)).collect()
+                        };
+                        let blocking = samples
+                            .iter()
+                            .rev()
+                            .take(BLOCKING_SECONDS)
+                            .any(|s| s.get(2).is_some_and(|o| *o > 0));
+                        let (limit, shape) = describe(&r.limit);
+                        json!({
+                            "path": &*r.path,
+                            "rule": &*r.label,
+                            "name": r.name.as_deref(),
+                            "limit": limit,
+                            "shape": shape,
+                            "shadow_mode": r.shadow_mode,
+                            "blocking": blocking,
+                            "rates": {"requests": series(0), "near_limit": series(1), "over_limit": series(2)},
+                        })
+                    })
+                    .collect();
+                json!({"domain": name, "rules": rules})
+            })
+            .collect();
+        let top: Vec<Value> = limiter
+            .metrics()
+            .top_keys
+            .top(TOP_SHOWN, now)
+            .into_iter()
+            .map(|k| json!({"key": k.key, "over_limit": k.over_limit}))
+            .collect();
+        let rules = limiter.rules();
+        json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "now": now,
+            "uptime_seconds": self.started.elapsed().as_secs(),
+            "status": status,
+            "store": {
+                "backend": health.backend,
+                "in_use": health.in_use,
+                "healthy": health.healthy,
+                "detail": health.detail,
+                "history": st.failovers.events(),
+            },
+            "config": {
+                "source": if rules.xds_server().is_some() { "xds" } else { "files" },
+                "location": rules.xds_server().map_or_else(|| rules.dir().display().to_string(), str::to_owned),
+                "version": config.version,
+                "generation": config.generation,
+                "loaded_at": st.loaded_at,
+                "last_error": config.last_error,
+                "history": st.loads.events(),
+            },
+            "domains": domains,
+            "top_keys": {"window_seconds": 60, "keys": top},
+            "quota": {"streams": limiter.metrics().quota_streams()},
+        })
+    }
+}
+
+/// A rule's limit (`30/MINUTE`, `unlimited`) and shape.
+fn describe(limit: &LimitDef) -> (String, &'static str) {
+    match limit {
+        LimitDef::Unlimited => ("unlimited".to_owned(), ""),
+        LimitDef::Limited {
+            requests_per_unit,
+            period,
+            algorithm,
+        } => (format!("{requests_per_unit}/{period}"), algorithm.name()),
+    }
+}
+
+/// Samples once a second until `token` is cancelled.
+pub async fn run(console: Arc<Console>, limiter: RateLimiter, token: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => console.sample(&limiter, unix_now()),
+            () = token.cancelled() => return,
+        }
+    }
+}
+
+/// The console's document as of now.
+pub fn document(console: &Console, limiter: &RateLimiter, status: &str) -> Value {
+    console.snapshot(limiter, status, unix_now())
+}

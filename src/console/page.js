@@ -1,0 +1,137 @@
+// The sluice console: reads /api/console every two seconds and draws it.
+// Everything is built with DOM calls and textContent, never HTML strings:
+// keys and rule names come from traffic and config.
+"use strict";
+
+const REFRESH_MS = 2000;
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v; else e.setAttribute(k, v);
+  }
+  for (const c of children) {
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
+
+function setText(id, text) {
+  document.getElementById(id).textContent = text;
+}
+
+function duration(s) {
+  const d = Math.floor(s / 86400), h = Math.floor(s % 86400 / 3600), m = Math.floor(s % 3600 / 60);
+  return d ? `${d}d ${h}h` : h ? `${h}h ${m}m` : `${m}m ${s % 60}s`;
+}
+
+function clock(unix) {
+  return new Date(unix * 1000).toLocaleTimeString();
+}
+
+// A sparkline of requests (grey) and over-limit (red) per second.
+function spark(requests, over) {
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("class", "spark");
+  svg.setAttribute("viewBox", "0 0 180 28");
+  svg.setAttribute("preserveAspectRatio", "none");
+  const max = Math.max(1, ...requests, ...over);
+  const line = (values, cls) => {
+    const p = document.createElementNS(ns, "polyline");
+    const step = 180 / Math.max(1, values.length - 1);
+    p.setAttribute("points", values.map((v, i) => `${(i * step).toFixed(1)},${(27 - v / max * 26).toFixed(1)}`).join(" "));
+    p.setAttribute("class", cls);
+    return p;
+  };
+  svg.append(line(requests, "req"));
+  if (over.some(v => v > 0)) svg.append(line(over, "over"));
+  return svg;
+}
+
+function last(values, n) {
+  const tail = values.slice(-n);
+  return tail.length ? tail.reduce((a, b) => a + b, 0) / tail.length : 0;
+}
+
+function drawRules(domains) {
+  const root = document.getElementById("rules");
+  root.replaceChildren();
+  for (const d of domains) {
+    root.append(el("div", { class: "domain" }, `domain ${d.domain}`));
+    const body = el("tbody");
+    for (const r of d.rules) {
+      const req = r.rates.requests, over = r.rates.over_limit;
+      const name = el("td", { class: "rule" }, r.rule);
+      if (r.name) name.append(el("span", { class: "tag" }, r.name));
+      if (r.shadow_mode) name.append(el("span", { class: "tag" }, "shadow"));
+      const row = el("tr", { "data-rule": `${d.domain}/${r.rule}`, class: r.blocking ? "blocking" : "" },
+        name,
+        el("td", {}, r.limit, r.shape ? el("span", { class: "tag" }, r.shape) : ""),
+        el("td", { class: "num" }, last(req, 5).toFixed(1)),
+        el("td", { class: "num" }, last(r.rates.near_limit, 5).toFixed(1)),
+        el("td", { class: "num over" }, last(over, 5).toFixed(1)),
+        el("td", {}, spark(req, over)));
+      body.append(row);
+    }
+    const head = el("thead", {}, el("tr", {},
+      el("th", {}, "rule"), el("th", {}, "limit"), el("th", { class: "num" }, "req/s"),
+      el("th", { class: "num" }, "near/s"), el("th", { class: "num" }, "over/s"), el("th", {}, "last 3 min")));
+    root.append(el("table", {}, head, body));
+  }
+}
+
+function drawEvents(id, events) {
+  const list = document.getElementById(id);
+  list.replaceChildren(...events.slice().reverse().map(e => el("li", {}, el("time", {}, clock(e.at)), e.what)));
+}
+
+function draw(doc) {
+  const status = document.getElementById("status");
+  status.textContent = doc.status;
+  status.className = `badge ${doc.status}`;
+  setText("store-in-use", doc.store.in_use);
+  setText("version", doc.version);
+  setText("uptime", duration(doc.uptime_seconds));
+  setText("quota-streams", doc.quota.streams);
+  setText("updated", clock(doc.now));
+  setText("store-detail", doc.store.detail || `${doc.store.backend}: healthy`);
+  drawEvents("failovers", doc.store.history);
+  drawRules(doc.domains);
+
+  const top = document.querySelector("#top-keys tbody");
+  top.replaceChildren(...doc.top_keys.keys.map(k => {
+    // "domain rule: entries"
+    const cut = k.key.indexOf(": ");
+    const rule = cut < 0 ? "" : k.key.slice(0, cut);
+    const entries = cut < 0 ? k.key : k.key.slice(cut + 2);
+    return el("tr", {}, el("td", {}, rule), el("td", { class: "key" }, entries), el("td", { class: "num" }, k.over_limit));
+  }));
+  document.getElementById("top-empty").hidden = doc.top_keys.keys.length > 0;
+
+  const c = doc.config;
+  const dl = document.getElementById("config");
+  const rows = [["source", c.source], ["from", c.location], ["generation", c.generation],
+    ["loaded at", c.loaded_at ? clock(c.loaded_at) : "?"]];
+  if (c.version) rows.push(["xDS version", c.version]);
+  dl.replaceChildren(...rows.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
+  const err = document.getElementById("config-error");
+  err.hidden = !c.last_error;
+  err.textContent = c.last_error ? `last load rejected:\n${c.last_error}` : "";
+  drawEvents("loads", c.history);
+}
+
+async function refresh() {
+  try {
+    const res = await fetch("/api/console", { cache: "no-store" });
+    if (res.ok) draw(await res.json());
+  } catch (e) {
+    // The next refresh tries again; a restarting sluice is not an error.
+    const status = document.getElementById("status");
+    status.textContent = "unreachable";
+    status.className = "badge degraded";
+  }
+}
+
+refresh();
+setInterval(refresh, REFRESH_MS);

@@ -1,0 +1,166 @@
+//! The console in a real headless Chromium: it loads with no console errors
+//! and no request beyond sluice's admin port, shows a rule turning
+//! over-limit within seconds of a flood, the store degraded while Redis is
+//! down, and a broken rule file's error. A screenshot under load is saved as
+//! `target/console-under-load.png` (an artifact of the run, not in git).
+
+mod common;
+
+use std::time::Duration;
+
+use common::Sluice;
+use common::browser::Browser;
+use common::redis::RedisServer;
+
+const RULES: &str = "domain: api
+descriptors:
+  - key: user
+    rate_limit:
+      name: per_user
+      unit: minute
+      requests_per_unit: 5
+  - key: masked_remote_address
+    rate_limit:
+      name: per_ip
+      unit: minute
+      requests_per_unit: 3
+";
+
+fn decide(sluice: &Sluice, key: &str, value: &str) -> u16 {
+    let body = format!(
+        r#"{{"domain":"api","descriptors":[{{"entries":[{{"key":"{key}","value":"{value}"}}]}}]}}"#
+    );
+    sluice.post("/json", &body).0
+}
+
+#[test]
+fn the_console_shows_what_the_limiter_is_doing() {
+    let mut redis = RedisServer::start();
+    let sluice = Sluice::start(
+        &[("api.yaml", RULES)],
+        &["--redis-url", &redis.url(), "--redis-timeout", "100ms"],
+    );
+    let browser = Browser::start();
+    // Chromium's own start-up pages are not the console's doing.
+    browser.goto("about:blank");
+    browser.requests();
+    browser.console_errors();
+    let origin = format!("http://{}", sluice.admin);
+    browser.goto(&format!("{origin}/"));
+    let wait = Duration::from_secs(15);
+    assert!(
+        browser.wait_for(wait, |b| b.text("#status") == "ready"),
+        "status: {:?}",
+        browser.text("#status")
+    );
+    assert!(browser.text("#rules").contains("per_user"));
+
+    // A flood on one user and one client address.
+    let mut over = 0;
+    for _ in 0..40 {
+        over += usize::from(decide(&sluice, "user", "alice") == 429);
+        over += usize::from(decide(&sluice, "masked_remote_address", "203.0.113.7/32") == 429);
+    }
+    assert!(over >= 60, "{over} over-limit answers");
+    let blocking = |b: &Browser| {
+        b.script("return document.querySelector('tr[data-rule=\"api/user\"]')?.className ?? ''")
+            == "blocking"
+    };
+    assert!(
+        browser.wait_for(Duration::from_secs(6), blocking),
+        "the flooded rule is not shown blocking: {}",
+        browser.text("#rules")
+    );
+    let top = browser.text("#top-keys");
+    assert!(top.contains("user=alice"), "{top}");
+    // The client address is masked by default.
+    assert!(
+        top.contains("203.0.x.x~") && !top.contains("113.7"),
+        "{top}"
+    );
+    let shot = common::workspace().join("target/console-under-load.png");
+    browser.screenshot(&shot);
+    assert!(std::fs::metadata(&shot).expect("screenshot").len() > 10_000);
+
+    // Redis stops: the console says degraded, and what decides.
+    redis.kill();
+    for _ in 0..10 {
+        decide(&sluice, "user", "bob");
+    }
+    assert!(
+        browser.wait_for(wait, |b| b.text("#status") == "degraded"
+            && b.text("#store-in-use") == "memory-fallback"),
+        "status {:?}, store {:?}",
+        browser.text("#status"),
+        browser.text("#store-in-use")
+    );
+    assert!(browser.text("#failovers").contains("store down"));
+
+    // A broken rule file: its error, with file and line, and the old rules stay.
+    std::fs::write(
+        sluice.dir().join("broken.yaml"),
+        "domain: web\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+    )
+    .unwrap();
+    assert!(
+        browser.wait_for(wait, |b| b.text("#config-error").contains("broken.yaml:4")),
+        "config error: {:?}",
+        browser.text("#config-error")
+    );
+    assert!(browser.text("#loads").contains("load rejected"));
+
+    // Nothing but sluice's own port, and no errors in the page's console.
+    let requests = browser.requests();
+    assert!(
+        requests.iter().any(|u| u.ends_with("/api/console")),
+        "{requests:?}"
+    );
+    // Anything that goes over a network (http, https, ws, wss) must be
+    // sluice's admin port.
+    let foreign: Vec<_> = requests
+        .iter()
+        .filter(|u| {
+            ["http:", "https:", "ws:", "wss:"]
+                .iter()
+                .any(|s| u.starts_with(s))
+        })
+        .filter(|u| !u.starts_with(&format!("{origin}/")))
+        .collect();
+    assert!(foreign.is_empty(), "requests beyond sluice: {foreign:?}");
+    let errors = browser.console_errors();
+    assert!(errors.is_empty(), "console errors: {errors:?}");
+}
+
+#[test]
+fn the_console_document_is_bounded_and_served_with_a_strict_policy() {
+    let sluice = Sluice::start(&[("api.yaml", RULES)], &[]);
+    let (code, page) = sluice.get("/");
+    assert_eq!(code, 200);
+    assert!(page.contains("/console.js"));
+    let (code, doc) = sluice.get("/api/console");
+    assert_eq!(code, 200);
+    let doc: serde_json::Value = serde_json::from_str(&doc).unwrap();
+    assert_eq!(doc["domains"][0]["rules"].as_array().unwrap().len(), 2);
+    assert_eq!(doc["top_keys"]["window_seconds"], 60);
+    // The page may load script and style from its own port only.
+    let resp = ureq::get(format!("http://{}/", sluice.admin))
+        .call()
+        .expect("GET /");
+    let csp = resp
+        .headers()
+        .get("content-security-policy")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    assert!(
+        csp.contains("default-src 'self'") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    // A page for operators, yet still behind the Host check (DNS rebinding).
+    use std::io::{Read, Write};
+    let mut t = std::net::TcpStream::connect(sluice.admin).unwrap();
+    t.write_all(b"GET /api/console HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    let _ = t.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+}
