@@ -17,6 +17,37 @@ use sluice::metrics::Metrics;
 use sluice::service::{RateLimiter, Settings};
 use sluice::store::MemoryStore;
 
+/// Counts allocations, so the decision's are reported next to its time.
+struct Counting;
+
+static ALLOCATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+// SAFETY: every call is forwarded to the system allocator unchanged.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: the caller's contract is passed on as is.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: as above.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Allocations one call of `f` makes, averaged over 1000 calls.
+fn allocations_per_call(mut f: impl FnMut()) -> f64 {
+    f();
+    let before = ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed);
+    for _ in 0..1000 {
+        f();
+    }
+    (ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed) - before) as f64 / 1000.0
+}
+
 /// A domain `bench` with `n` exact-value rules under `user`, a wildcard and a
 /// key-only rule beside them, and a three-level login rule.
 fn rules(n: usize) -> String {
@@ -102,6 +133,17 @@ fn decision(c: &mut Criterion) {
         ],
         hits_addend: 0,
     };
+    for (name, req) in [("one descriptor", &one), ("three descriptors", &login)] {
+        // The request's own decode (prost's strings and vectors) is not
+        // counted: the clone stands for it and is made before counting.
+        let mut copies: Vec<RateLimitRequest> = (0..1001).map(|_| req.clone()).collect();
+        let total = allocations_per_call(|| {
+            if let Some(r) = copies.pop() {
+                black_box(runtime.block_on(limiter.handle(r)).is_ok());
+            }
+        });
+        println!("decide (memory store)/{name}: {total:.1} allocations per decision");
+    }
     let mut group = c.benchmark_group("decide (memory store)");
     group.bench_function("one descriptor", |b| {
         b.to_async(&runtime)

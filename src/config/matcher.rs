@@ -3,7 +3,7 @@
 //! then the key-only default; a limit applies only where the request's
 //! descriptor ends.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -88,15 +88,21 @@ pub(super) struct Node {
     pub(super) exact: Option<Box<str>>,
 }
 
+/// The tables requests look up by their own strings. Built from config and
+/// never grown by a request, so a fast hash under a per-process random seed
+/// is enough (no one can insert colliding keys); SipHash cost a request
+/// more than its whole matching.
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
 #[derive(Debug, Default)]
 struct KeyNodes {
     default: Option<Node>,
-    values: HashMap<Box<str>, Node>,
+    values: FastMap<Box<str>, Node>,
 }
 
 #[derive(Debug, Default)]
 pub(super) struct Level {
-    keys: HashMap<Box<str>, KeyNodes>,
+    keys: FastMap<Box<str>, KeyNodes>,
     wildcards: Vec<(Pattern, Node)>,
 }
 
@@ -214,7 +220,7 @@ pub fn compile(
     files: Vec<(PathBuf, DomainFile)>,
     merge: bool,
     metrics: &Metrics,
-) -> Result<HashMap<Arc<str>, Domain>, Vec<ConfigError>> {
+) -> Result<FastMap<Arc<str>, Domain>, Vec<ConfigError>> {
     let mut errors = Vec::new();
     let mut grouped: Vec<(Arc<str>, Vec<DescriptorDef>)> = Vec::new();
     for (file, df) in files {
@@ -229,7 +235,7 @@ pub fn compile(
             None => grouped.push((Arc::from(df.domain.as_str()), df.descriptors)),
         }
     }
-    let mut domains = HashMap::new();
+    let mut domains = FastMap::default();
     for (name, descriptors) in grouped {
         let mut c = Compiler {
             domain: name.clone(),

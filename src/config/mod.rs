@@ -13,7 +13,6 @@ pub mod watch;
 pub mod xds;
 mod yaml;
 
-use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -50,7 +49,7 @@ impl Default for LoadOptions {
 /// One load's rules, immutable once built.
 #[derive(Debug, Default)]
 pub struct Rules {
-    domains: HashMap<Arc<str>, Domain>,
+    domains: matcher::FastMap<Arc<str>, Domain>,
     /// A hash of every file's path and content: equal fingerprints mean a
     /// reload would change nothing.
     fingerprint: u64,
