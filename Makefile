@@ -3,7 +3,7 @@ CARGO ?= cargo
 # Tests start real servers; keep parallelism sane on small machines.
 TEST_THREADS ?= 4
 
-.PHONY: run build test lint deps envoy bench h2load fuzz soak stack stack-down clean
+.PHONY: run build test lint deps envoy bench instructions h2load fuzz soak stack stack-down clean
 
 run:
 	$(CARGO) run --release -- serve --config descriptors
@@ -56,6 +56,13 @@ bench: deps h2load
 	$(CARGO) build --release --bin sluice --example noop_rls
 	$(CARGO) bench --bench load
 	$(CARGO) bench --bench matching
+
+# Instructions per request under callgrind, the no-op ceiling against sluice:
+# the number that confirms a speed change on a noisy machine.
+instructions: deps h2load
+	@command -v valgrind >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$SUDO apt-get install -y -q valgrind >/dev/null; }
+	$(CARGO) build --release --bin sluice --example noop_rls
+	$(CARGO) bench --bench instructions
 
 # Ten minutes at a steady rate with reloads and two Redis restarts; prints
 # memory, descriptors and connections over time (SOAK_SECONDS to shorten).

@@ -44,10 +44,19 @@ impl CounterKey {
     pub fn new<'a>(
         domain: &str,
         space: impl Into<KeySpace>,
-        entries: impl IntoIterator<Item = (&'a str, &'a str)>,
+        entries: impl IntoIterator<Item = (&'a str, &'a str), IntoIter: Clone>,
     ) -> CounterKey {
         let space = space.into();
-        let mut buf = Vec::with_capacity(64);
+        let entries = entries.into_iter();
+        // Sized exactly: a key longer than a guess would be copied as it grows.
+        let size = 4
+            + domain.len()
+            + 5
+            + entries
+                .clone()
+                .map(|(k, v)| 8 + k.len() + v.len())
+                .sum::<usize>();
+        let mut buf = Vec::with_capacity(size);
         push(&mut buf, domain.as_bytes());
         match (space.period, space.algorithm) {
             (Period::Unit(unit), Algorithm::FixedWindow) => buf.push(unit.proto() as u8),

@@ -1,0 +1,160 @@
+//! `make instructions`: instructions per request, counted by callgrind, for
+//! the no-op ceiling and sluice side by side. Wall-clock numbers swing by a
+//! tenth on a shared 2-core machine; instruction counts repeat to within a
+//! fraction of a percent, so each speed lever is confirmed here.
+//!
+//! Each server runs under `valgrind --tool=callgrind`; h2load warms it with
+//! 2,000 requests, the counters are zeroed (`callgrind_control -z`), h2load
+//! sends `INSTRUCTIONS_REQUESTS` (20,000) more, and the dump is read. The
+//! count covers everything the server's threads executed in that time
+//! (h2, hyper, tonic, tokio, the allocator, sluice), not the kernel.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::redis::free_port;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use prost::Message;
+
+const RULES: &str = "
+domain: bench
+descriptors:
+  - key: hot
+    rate_limit: {unit: day, requests_per_unit: 1000000000}
+  - key: ip
+    rate_limit: {unit: day, requests_per_unit: 1000000000}
+  - key: tier
+    value: credentials
+    descriptors:
+      - key: ip
+        descriptors:
+          - key: path
+            rate_limit: {unit: day, requests_per_unit: 1000000000}
+";
+const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+fn body(dir: &Path, name: &str, descriptors: &[&[(&str, &str)]]) -> std::path::PathBuf {
+    let msg = RateLimitRequest {
+        domain: "bench".into(),
+        descriptors: descriptors.iter().map(|e| common::descriptor(e)).collect(),
+        hits_addend: 0,
+    }
+    .encode_to_vec();
+    let mut framed = vec![0];
+    framed.extend((msg.len() as u32).to_be_bytes());
+    framed.extend(msg);
+    let path = dir.join(name);
+    std::fs::write(&path, framed).expect("body");
+    path
+}
+
+fn h2load(port: u16, body: &Path, n: u64) {
+    let out = Command::new("h2load")
+        .args(["-t1", "-c8", "-m32", "-n", &n.to_string()])
+        .args(["-H", "content-type:application/grpc", "-H", "te:trailers"])
+        .arg("-d")
+        .arg(body)
+        .arg(format!("http://127.0.0.1:{port}{PATH}"))
+        .output()
+        .expect("h2load (make bench installs nghttp2-client)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("{n} succeeded")), "h2load: {text}");
+}
+
+/// Instructions per request of the server `args` starts (`{port}` replaced).
+fn count(dir: &Path, name: &str, args: &[String], body: &Path, n: u64) -> f64 {
+    let port = free_port();
+    let out = dir.join(format!("callgrind.{name}"));
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| a.replace("{port}", &port.to_string()))
+        .collect();
+    let mut child: Child = Command::new("valgrind")
+        .arg("--tool=callgrind")
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .args(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("valgrind (apt install valgrind)");
+    let up = common::eventually(Duration::from_secs(60), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    assert!(up, "{name} did not start under valgrind");
+    h2load(port, body, 2_000);
+    let pid = child.id().to_string();
+    let control = |flag: &str| {
+        let ok = Command::new("callgrind_control")
+            .args([flag, &pid])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("callgrind_control")
+            .success();
+        assert!(ok, "callgrind_control {flag}");
+    };
+    control("-z");
+    h2load(port, body, n);
+    control("-d");
+    let _ = child.kill();
+    let _ = child.wait();
+    // The dump after zeroing is part 1.
+    let dump = std::fs::read_to_string(format!("{}.1", out.display())).expect("callgrind dump");
+    let total: f64 = dump
+        .lines()
+        .find_map(|l| l.strip_prefix("summary: "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("summary line");
+    total / n as f64
+}
+
+fn main() {
+    let n: u64 = std::env::var("INSTRUCTIONS_REQUESTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("bench.yaml"), RULES).expect("rules");
+    let root = common::workspace().join("target/release");
+    let noop = vec![
+        root.join("examples/noop_rls").display().to_string(),
+        "127.0.0.1:{port}".into(),
+    ];
+    let sluice = vec![
+        root.join("sluice").display().to_string(),
+        "--config".into(),
+        dir.path().display().to_string(),
+        "--grpc-addr".into(),
+        "127.0.0.1:{port}".into(),
+        "--admin-addr".into(),
+        "127.0.0.1:0".into(),
+        "--log-level".into(),
+        "warn".into(),
+    ];
+    let one = body(dir.path(), "one", &[&[("hot", "1")]]);
+    let three = body(
+        dir.path(),
+        "three",
+        &[
+            &[("ip", "10.1.2.3")],
+            &[
+                ("tier", "credentials"),
+                ("ip", "10.1.2.3"),
+                ("path", "/api/auth/login"),
+            ],
+            &[("hot", "u7")],
+        ],
+    );
+    println!("callgrind, {n} requests after 2,000 to warm up; instructions per request\n");
+    println!("| case | no-op | sluice (memory) | no-op / sluice |");
+    println!("|---|---|---|---|");
+    for (case, b) in [("1 descriptor (hot key)", &one), ("3 descriptors", &three)] {
+        let a = count(dir.path(), "noop", &noop, b, n);
+        let s = count(dir.path(), "sluice", &sluice, b, n);
+        println!("| {case} | {a:.0} | {s:.0} | {:.3} |", a / s);
+    }
+}
