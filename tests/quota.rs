@@ -223,6 +223,20 @@ async fn malformed_reports_are_skipped_and_counted_and_break_nothing_else() {
             },
             usage(&[("tier", "partner"), ("api_key", &long)], 1, 0, 1),
             usage(
+                &[
+                    ("tier", "partner"),
+                    ("api_key", "x"),
+                    ("a", &long[..1000]),
+                    ("b", &long[..1000]),
+                    ("c", &long[..1000]),
+                    ("d", &long[..1000]),
+                    ("e", &long[..1000]),
+                ],
+                1,
+                0,
+                1,
+            ),
+            usage(
                 &[("tier", "partner"), ("api_key", "absurd")],
                 u64::MAX,
                 u64::MAX,
@@ -237,14 +251,14 @@ async fn malformed_reports_are_skipped_and_counted_and_break_nothing_else() {
     let got = bad.next().await;
     assert_eq!(got.len(), 2, "only the two buckets within bounds: {got:?}");
     let text = sluice.get("/metrics").1;
-    for reason in [
-        "no_bucket_id",
-        "oversized",
-        "bad_counts",
-        "too_many_buckets",
+    for (reason, n) in [
+        ("no_bucket_id", 1.0),
+        ("oversized", 2.0),
+        ("bad_counts", 1.0),
+        ("too_many_buckets", 1.0),
     ] {
         let series = format!("sluice_quota_reports_skipped_total{{reason=\"{reason}\"}}");
-        assert_eq!(metric(&text, &series), Some(1.0), "{series}");
+        assert_eq!(metric(&text, &series), Some(n), "{series}");
     }
     // A report without a domain ends that stream only.
     bad.report("", vec![usage(PARTNER, 1, 0, 1)]).await;

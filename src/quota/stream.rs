@@ -147,7 +147,9 @@ impl QuotaStream {
         if id.bucket.is_empty() {
             return Err(Skip::NoBucketId);
         }
+        let bytes: usize = id.bucket.iter().map(|(k, v)| k.len() + v.len()).sum();
         if id.bucket.len() > crate::config::MAX_BUCKET_ENTRIES
+            || bytes > MAX_BUCKET_BYTES
             || id
                 .bucket
                 .iter()
@@ -353,6 +355,9 @@ impl QuotaStream {
 
 /// Bytes of one bucket id key or value; a longer one is skipped.
 const MAX_TEXT: usize = 1024;
+/// Bytes of a whole bucket id, keys and values (as `--max-descriptor-bytes`
+/// bounds a descriptor): what one bucket can cost a stream's memory.
+const MAX_BUCKET_BYTES: usize = 4096;
 
 fn assignment(id: BucketId, a: &Assignment, ttl: Duration) -> BucketAction {
     let strategy = match a {
