@@ -13,6 +13,7 @@
 //! answers or stream resets in sluice's memory), and a connection whose
 //! writes stay blocked for `write_stall` is closed.
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -109,17 +110,46 @@ impl Drop for Ticket {
 }
 
 /// An accepted socket with its ticket, before any handshake.
-pub(crate) type Admitted = (TcpStream, Ticket);
+pub(crate) type Admitted<S = TcpStream> = (S, Ticket);
+
+/// A listener the guards can accept from: TCP, or a Unix socket
+/// (`--grpc-uds`).
+pub(crate) trait Accept: Send + 'static {
+    type Stream: Send + 'static;
+    fn accept_one(&self) -> impl Future<Output = io::Result<Self::Stream>> + Send;
+}
+
+impl Accept for TcpListener {
+    type Stream = TcpStream;
+
+    async fn accept_one(&self) -> io::Result<TcpStream> {
+        let (stream, _) = self.accept().await?;
+        // Nagle off: tonic's own `tcp_nodelay` only applies to listeners it
+        // binds, and a gRPC answer written in pieces would otherwise wait for
+        // a delayed ACK (a 40 ms tail). Best effort.
+        let _ = stream.set_nodelay(true);
+        Ok(stream)
+    }
+}
+
+#[cfg(unix)]
+impl Accept for tokio::net::UnixListener {
+    type Stream = tokio::net::UnixStream;
+
+    async fn accept_one(&self) -> io::Result<tokio::net::UnixStream> {
+        self.accept().await.map(|(stream, _)| stream)
+    }
+}
 
 /// Accepts on `listener` under `limits` until `token` is cancelled or the
 /// receiver is dropped.
-pub(crate) fn accept(
-    listener: TcpListener,
+pub(crate) fn accept<L: Accept>(
+    listener: L,
     limits: ConnLimits,
     kind: Listener,
     metrics: Arc<Metrics>,
     token: CancellationToken,
-) -> mpsc::Receiver<Admitted> {
+) -> mpsc::Receiver<Admitted<L::Stream>> {
     let (tx, rx) = mpsc::channel(16);
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     tokio::spawn(async move {
@@ -135,8 +165,8 @@ pub(crate) fn accept(
             };
             let stream = tokio::select! {
                 () = token.cancelled() => return,
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, _)) => stream,
+                accepted = listener.accept_one() => match accepted {
+                    Ok(stream) => stream,
                     Err(e) => {
                         metrics.accept_error();
                         if backoff.is_zero() {
@@ -151,10 +181,6 @@ pub(crate) fn accept(
                 },
             };
             backoff = Duration::ZERO;
-            // Nagle off: tonic's own `tcp_nodelay` only applies to listeners
-            // it binds, and a gRPC answer written in pieces would otherwise
-            // wait for a delayed ACK (a 40 ms tail). Best effort.
-            let _ = stream.set_nodelay(true);
             metrics.connection(kind, true);
             let ticket = Ticket {
                 _permit: permit,

@@ -17,7 +17,7 @@ use sluice::metrics::{MetricLimits, Metrics};
 use sluice::privacy::Privacy;
 use sluice::quota::QuotaOptions;
 use sluice::request::Limits;
-use sluice::server::{self, GrpcLimits, Listeners, ServeOptions};
+use sluice::server::{self, GrpcLimits, GrpcListener, Listeners, ServeOptions};
 use sluice::service::{Knobs, RateLimiter, ResponseHeaders, Settings};
 use sluice::statsd::{Mogrifier, StatsdConfig};
 use sluice::store::redis::{KeyFormat, RedisConfig, RedisStore, RedisTls, Sentinel, Target};
@@ -175,6 +175,10 @@ struct ServeArgs {
     /// Address of the gRPC server (RateLimitService and grpc.health.v1).
     #[arg(long, env = "SLUICE_GRPC_ADDR", default_value = "127.0.0.1:8081")]
     grpc_addr: SocketAddr,
+    /// Serve gRPC on this Unix socket instead of --grpc-addr (the reference's
+    /// GRPC_UDS), for an Envoy on the same host; a stale socket file is replaced.
+    #[arg(long, env = "SLUICE_GRPC_UDS", conflicts_with = "grpc_tls_cert")]
+    grpc_uds: Option<PathBuf>,
     /// Address of the admin HTTP server.
     #[arg(long, env = "SLUICE_ADMIN_ADDR", default_value = "127.0.0.1:8080")]
     admin_addr: SocketAddr,
@@ -634,6 +638,31 @@ fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The gRPC listener: `--grpc-uds` when given, else `--grpc-addr`.
+async fn bind_grpc(args: &ServeArgs) -> anyhow::Result<GrpcListener> {
+    let Some(path) = &args.grpc_uds else {
+        let tcp = TcpListener::bind(args.grpc_addr)
+            .await
+            .with_context(|| format!("binding --grpc-addr {}", args.grpc_addr))?;
+        return Ok(tcp.into());
+    };
+    // A socket left by a sluice that did not exit cleanly is replaced; any
+    // other file there is an error, never deleted.
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        use std::os::unix::fs::FileTypeExt as _;
+        anyhow::ensure!(
+            meta.file_type().is_socket(),
+            "--grpc-uds {}: exists and is not a socket",
+            path.display()
+        );
+        std::fs::remove_file(path)
+            .with_context(|| format!("removing the stale socket {}", path.display()))?;
+    }
+    let unix = tokio::net::UnixListener::bind(path)
+        .with_context(|| format!("binding --grpc-uds {}", path.display()))?;
+    Ok(GrpcListener::Unix(unix, path.clone()))
+}
+
 fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let plan = sluice::bench::Plan {
         target: args.target,
@@ -743,9 +772,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     let result = runtime.block_on(async move {
         let listeners = Listeners {
-            grpc: TcpListener::bind(args.grpc_addr)
-                .await
-                .with_context(|| format!("binding --grpc-addr {}", args.grpc_addr))?,
+            grpc: bind_grpc(&args).await?,
             admin: TcpListener::bind(args.admin_addr)
                 .await
                 .with_context(|| format!("binding --admin-addr {}", args.admin_addr))?,
@@ -801,6 +828,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             CancellationToken::new(),
         )
         .await?;
+        if let Some(path) = &args.grpc_uds {
+            // Ours, bound at startup: the next start finds no stale socket.
+            let _ = std::fs::remove_file(path);
+        }
         // The count lets an operator (and the shutdown test) check that every
         // request sluice decided was answered.
         info!(answered = metrics.requests_total(), "sluice stopped");

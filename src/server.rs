@@ -41,8 +41,34 @@ pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
 /// reported at startup instead of vanishing in a task.
 #[derive(Debug)]
 pub struct Listeners {
-    pub grpc: TcpListener,
+    pub grpc: GrpcListener,
     pub admin: TcpListener,
+}
+
+/// Where gRPC is served: TCP (`--grpc-addr`), or a Unix socket
+/// (`--grpc-uds`, the reference's `GRPC_UDS`) for a sidecar beside Envoy.
+#[derive(Debug)]
+pub enum GrpcListener {
+    Tcp(TcpListener),
+    #[cfg(unix)]
+    Unix(tokio::net::UnixListener, std::path::PathBuf),
+}
+
+impl From<TcpListener> for GrpcListener {
+    fn from(l: TcpListener) -> Self {
+        GrpcListener::Tcp(l)
+    }
+}
+
+impl GrpcListener {
+    /// `127.0.0.1:8081`, or `unix:/path/to.sock`.
+    pub fn describe(&self) -> std::io::Result<String> {
+        match self {
+            GrpcListener::Tcp(l) => Ok(l.local_addr()?.to_string()),
+            #[cfg(unix)]
+            GrpcListener::Unix(_, path) => Ok(format!("unix:{}", path.display())),
+        }
+    }
 }
 
 /// Why serving stopped abnormally.
@@ -175,7 +201,7 @@ pub async fn run(
         .clone()
         .map(|cfg| tokio::spawn(xds::run(cfg, limiter.rules().clone(), token.clone())));
     info!(
-        grpc_addr = %listeners.grpc.local_addr()?,
+        grpc_addr = %listeners.grpc.describe()?,
         admin_addr = %listeners.admin.local_addr()?,
         config = %limiter.rules().dir().display(),
         store = limiter.store().health().backend,
@@ -211,37 +237,30 @@ pub async fn run(
             metrics: limiter.metrics().clone(),
         });
     let stop = token.clone().cancelled_owned();
-    let admitted = conn::accept(
-        listeners.grpc,
-        g.conn,
-        Listener::Grpc,
-        limiter.metrics().clone(),
-        token.clone(),
-    );
-    let conn_limits = g.conn;
-    let (grpc, tls_task): (GrpcFuture, _) = match opts.tls {
-        Some(tls) => {
+    let metrics = limiter.metrics().clone();
+    let (grpc, tls_task): (GrpcFuture, _) = match (listeners.grpc, opts.tls) {
+        (GrpcListener::Tcp(listener), Some(tls)) => {
             info!(mutual = tls.mutual(), "gRPC listener speaks TLS");
-            let incoming = tls::incoming(admitted, tls.clone(), conn_limits, token.clone());
+            let admitted = conn::accept(listener, g.conn, Listener::Grpc, metrics, token.clone());
+            let incoming = tls::incoming(admitted, tls.clone(), g.conn, token.clone());
             (
                 Box::pin(router.serve_with_incoming_shutdown(incoming, stop)),
                 Some(tokio::spawn(tls.watch(token.clone()))),
             )
         }
-        None => {
-            let incoming = tokio_stream::StreamExt::map(
-                tokio_stream::wrappers::ReceiverStream::new(admitted),
-                move |(stream, ticket)| {
-                    Ok::<_, std::io::Error>(Guarded::new(
-                        stream,
-                        ticket,
-                        conn_limits,
-                        IdleBy::Requests,
-                    ))
-                },
-            );
+        (GrpcListener::Tcp(listener), None) => {
+            let admitted = conn::accept(listener, g.conn, Listener::Grpc, metrics, token.clone());
             (
-                Box::pin(router.serve_with_incoming_shutdown(incoming, stop)),
+                Box::pin(router.serve_with_incoming_shutdown(guarded(admitted, g.conn), stop)),
+                None,
+            )
+        }
+        // main refuses TLS on a Unix socket: its peers are on this host.
+        #[cfg(unix)]
+        (GrpcListener::Unix(listener, _), _) => {
+            let admitted = conn::accept(listener, g.conn, Listener::Grpc, metrics, token.clone());
+            (
+                Box::pin(router.serve_with_incoming_shutdown(guarded(admitted, g.conn), stop)),
                 None,
             )
         }
@@ -293,6 +312,19 @@ pub async fn run(
     }
     let _ = stopper.await;
     result
+}
+
+/// Plain connections under the guards, as tonic's incoming stream.
+fn guarded<S>(
+    admitted: tokio::sync::mpsc::Receiver<conn::Admitted<S>>,
+    limits: ConnLimits,
+) -> impl tokio_stream::Stream<Item = Result<Guarded<S>, std::io::Error>> {
+    tokio_stream::StreamExt::map(
+        tokio_stream::wrappers::ReceiverStream::new(admitted),
+        move |(stream, ticket)| {
+            Ok::<_, std::io::Error>(Guarded::new(stream, ticket, limits, IdleBy::Requests))
+        },
+    )
 }
 
 /// Frees ended windows once a second so memory follows live keys, and

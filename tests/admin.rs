@@ -277,3 +277,32 @@ fn shipped_descriptors_are_valid() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn a_unix_socket_replaces_only_a_stale_socket_and_is_removed_on_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = common::config_dir(&[("a.yaml", "domain: a\ndescriptors:\n  - key: k\n")]);
+    // Any other file at the path is refused, never deleted.
+    let file = dir.path().join("not-a-socket");
+    std::fs::write(&file, "keep me").unwrap();
+    let out = std::process::Command::new(common::sluice_bin())
+        .args(["serve", "--admin-addr", "127.0.0.1:0", "--grpc-uds"])
+        .arg(&file)
+        .arg("--config")
+        .arg(rules.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("exists and is not a socket"));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
+    // A socket left behind by a crash is replaced.
+    let sock = dir.path().join("sluice.sock");
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    let sock_arg = sock.display().to_string();
+    let mut s = Sluice::start_in(rules.path(), &["--grpc-uds", &sock_arg]);
+    assert_eq!(s.grpc_uds.as_deref(), Some(sock.as_path()));
+    assert!(std::os::unix::net::UnixStream::connect(&sock).is_ok());
+    s.signal("TERM");
+    assert!(s.wait(Duration::from_secs(10)).success());
+    assert!(!sock.exists(), "the socket is removed on a clean exit");
+}

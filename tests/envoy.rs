@@ -491,3 +491,39 @@ fn compose_and_the_local_stack_run_the_same_files() {
         eprintln!("no `docker compose` here: compose syntax checked by parsing only");
     }
 }
+
+#[test]
+fn envoy_reaches_sluice_over_a_unix_socket() {
+    // The reference's GRPC_UDS: Envoy's cluster names a pipe, sluice serves
+    // gRPC on it (and nothing on TCP).
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("sluice.sock");
+    let sock_arg = sock.display().to_string();
+    let pipe = format!("pipe: {{path: {sock_arg}}}");
+    let stack = Stack::start_with(&["--grpc-uds", &sock_arg], |config| {
+        let tcp = "socket_address: {address: 0.0.0.0, port_value: 0}";
+        let dns = "- name: sluice\n    type: STRICT_DNS";
+        assert!(
+            config.contains(tcp) && config.contains(dns),
+            "the sluice cluster"
+        );
+        // A pipe is a static address: no DNS to resolve.
+        config
+            .replace(tcp, &pipe)
+            .replace(dns, "- name: sluice\n    type: STATIC")
+    });
+    assert_eq!(stack.sluice().grpc_uds.as_deref(), Some(sock.as_path()));
+    room_in_window(60, 20);
+    let ip = "203.0.113.77";
+    for i in 0..30 {
+        let r = stack.post_json("/api/auth/login", ip, "{}");
+        assert_eq!(r.status, 200, "login {} of 30: {r:?}", i + 1);
+        assert_rate_limit_headers(&r);
+    }
+    assert_problem(
+        &stack.post_json("/api/auth/login", ip, "{}"),
+        "/api/auth/login",
+    );
+    // Every decision came over the socket: Envoy's ratelimit calls all OK.
+    assert!(stack.envoy_stat("cluster.sluice.upstream_rq_200") >= 31);
+}

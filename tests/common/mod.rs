@@ -32,6 +32,8 @@ pub const OVER: i32 = 2;
 pub struct Sluice {
     child: Option<Child>,
     pub grpc: SocketAddr,
+    /// The gRPC socket's path under `--grpc-uds`.
+    pub grpc_uds: Option<PathBuf>,
     pub admin: SocketAddr,
     pub logs: Arc<Mutex<Vec<String>>>,
     _dir: Option<tempfile::TempDir>,
@@ -115,8 +117,14 @@ impl Sluice {
         };
         let v: serde_json::Value = serde_json::from_str(&line).expect("json log");
         let addr = |f: &str| v["fields"][f].as_str().expect(f).parse().expect("addr");
+        let grpc = v["fields"]["grpc_addr"].as_str().expect("grpc_addr");
+        let grpc_uds = grpc.strip_prefix("unix:").map(PathBuf::from);
         Sluice {
-            grpc: addr("grpc_addr"),
+            // A Unix socket has no address: 0.0.0.0:0 stands in.
+            grpc: grpc
+                .parse()
+                .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0))),
+            grpc_uds,
             admin: addr("admin_addr"),
             child: Some(child),
             logs,
