@@ -20,6 +20,7 @@ use sluice::request::Limits;
 use sluice::server::{self, GrpcLimits, GrpcListener, Listeners, ServeOptions};
 use sluice::service::{Knobs, RateLimiter, ResponseHeaders, Settings};
 use sluice::statsd::{Mogrifier, StatsdConfig};
+use sluice::store::memcache::{MemcacheConfig, MemcacheStore};
 use sluice::store::redis::{KeyFormat, RedisConfig, RedisStore, RedisTls, Sentinel, Target};
 use sluice::store::{
     DEFAULT_MAX_COUNTERS, FailurePolicy, MemoryStore, Resilient, ResilientOptions, Store,
@@ -446,6 +447,10 @@ struct StoreArgs {
     /// The key of --redis-tls-cert (PEM) (REDIS_TLS_CLIENT_KEY).
     #[arg(long, env = "SLUICE_REDIS_TLS_KEY", requires = "redis_tls_cert")]
     redis_tls_key: Option<PathBuf>,
+    /// Count in memcached instead: host:port[,host:port...], keys spread over
+    /// them (the reference's BACKEND_TYPE=memcache with MEMCACHE_HOST_PORT).
+    #[arg(long, env = "SLUICE_MEMCACHE_SERVERS", value_delimiter = ',', conflicts_with_all = ["redis_url", "redis_cluster", "redis_sentinel"])]
+    memcache_servers: Vec<String>,
     /// Connections in the Redis pool (each one multiplexed).
     #[arg(long, env = "SLUICE_REDIS_POOL_SIZE", default_value_t = 4)]
     redis_pool_size: u32,
@@ -483,6 +488,19 @@ impl StoreArgs {
                         .map_err(|e| anyhow::anyhow!("--redis-sentinel: {e}"))?,
                 )
             }
+            (None, true) if !self.memcache_servers.is_empty() => {
+                let memcache = MemcacheStore::new(MemcacheConfig {
+                    servers: self.memcache_servers.clone(),
+                    prefix: self.cache_key_prefix.clone(),
+                    pool_size: self.redis_pool_size,
+                    connect_timeout: Duration::from_secs(1),
+                })?;
+                return Ok(Arc::new(Resilient::new(
+                    memcache,
+                    self.resilient_options(),
+                    metrics.clone(),
+                )));
+            }
             (None, true) => return Ok(Arc::new(MemoryStore::with_capacity(self.max_counters))),
         };
         let redis = RedisStore::new(RedisConfig {
@@ -498,14 +516,18 @@ impl StoreArgs {
         })?;
         Ok(Arc::new(Resilient::new(
             redis,
-            ResilientOptions {
-                policy: self.store_failure,
-                timeout: self.redis_timeout,
-                cache_size: self.local_cache_size,
-                max_counters: self.max_counters,
-            },
+            self.resilient_options(),
             metrics.clone(),
         )))
+    }
+
+    fn resilient_options(&self) -> ResilientOptions {
+        ResilientOptions {
+            policy: self.store_failure,
+            timeout: self.redis_timeout,
+            cache_size: self.local_cache_size,
+            max_counters: self.max_counters,
+        }
     }
 }
 

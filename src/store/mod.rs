@@ -6,6 +6,7 @@ mod breaker;
 mod cache;
 pub mod demand;
 mod key;
+pub mod memcache;
 mod memory;
 mod policy;
 mod pool;

@@ -21,6 +21,7 @@ use tonic::transport::Channel;
 pub mod browser;
 pub mod fake_redis;
 pub mod h2raw;
+pub mod memcache;
 pub mod quota;
 pub mod redis;
 pub mod stack;
