@@ -11,44 +11,19 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "support/shared.rs"]
+mod shared;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::redis::free_port;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use prost::Message;
-
-const RULES: &str = "
-domain: bench
-descriptors:
-  - key: hot
-    rate_limit: {unit: day, requests_per_unit: 1000000000}
-  - key: ip
-    rate_limit: {unit: day, requests_per_unit: 1000000000}
-  - key: tier
-    value: credentials
-    descriptors:
-      - key: ip
-        descriptors:
-          - key: path
-            rate_limit: {unit: day, requests_per_unit: 1000000000}
-";
-const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+use shared::{PATH, RULES, grpc_body};
 
 fn body(dir: &Path, name: &str, descriptors: &[&[(&str, &str)]]) -> std::path::PathBuf {
-    let msg = RateLimitRequest {
-        domain: "bench".into(),
-        descriptors: descriptors.iter().map(|e| common::descriptor(e)).collect(),
-        hits_addend: 0,
-    }
-    .encode_to_vec();
-    let mut framed = vec![0];
-    framed.extend((msg.len() as u32).to_be_bytes());
-    framed.extend(msg);
     let path = dir.join(name);
-    std::fs::write(&path, framed).expect("body");
+    std::fs::write(&path, grpc_body(descriptors)).expect("body");
     path
 }
 

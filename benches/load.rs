@@ -11,6 +11,8 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "support/shared.rs"]
+mod shared;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -20,55 +22,16 @@ use std::time::{Duration, Instant};
 
 use common::redis::RedisServer;
 use common::{Sluice, eventually};
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use prost::Message;
+use shared::{PATH, RULES, grpc_body};
 
-const RULES: &str = "
-domain: bench
-descriptors:
-  - key: hot
-    rate_limit: {unit: day, requests_per_unit: 1000000000}
-  - key: ip
-    rate_limit: {unit: day, requests_per_unit: 1000000000}
-  - key: tier
-    value: credentials
-    descriptors:
-      - key: ip
-        descriptors:
-          - key: path
-            rate_limit: {unit: day, requests_per_unit: 1000000000}
-  - key: flood
-    rate_limit: {unit: day, requests_per_unit: 10}
-  - key: slide
-    rate_limit: {unit: day, requests_per_unit: 1000000000, algorithm: sliding_window}
-  - key: tb
-    rate_limit: {unit: hour, requests_per_unit: 1000000000, algorithm: token_bucket}
-  - key: tbmem
-    rate_limit: {unit: day, requests_per_unit: 1, algorithm: token_bucket, burst: 1000}
-";
 const ROUNDS: usize = 3;
 const SECONDS: u64 = 4;
-const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-/// The request h2load sends, framed for gRPC.
-fn grpc_body(descriptors: &[&[(&str, &str)]]) -> Vec<u8> {
-    let msg = RateLimitRequest {
-        domain: "bench".into(),
-        descriptors: descriptors.iter().map(|e| common::descriptor(e)).collect(),
-        hits_addend: 0,
-    }
-    .encode_to_vec();
-    let mut framed = vec![0];
-    framed.extend((msg.len() as u32).to_be_bytes());
-    framed.extend(msg);
-    framed
 }
 
 /// CPU seconds (user + system) a process has used.

@@ -1,0 +1,47 @@
+//! What `make bench` and `make instructions` both send: the rules, and a
+//! request framed for gRPC as h2load replays it.
+
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use prost::Message;
+
+use super::common;
+
+pub const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+pub const RULES: &str = "
+domain: bench
+descriptors:
+  - key: hot
+    rate_limit: {unit: day, requests_per_unit: 1000000000}
+  - key: ip
+    rate_limit: {unit: day, requests_per_unit: 1000000000}
+  - key: tier
+    value: credentials
+    descriptors:
+      - key: ip
+        descriptors:
+          - key: path
+            rate_limit: {unit: day, requests_per_unit: 1000000000}
+  - key: flood
+    rate_limit: {unit: day, requests_per_unit: 10}
+  - key: slide
+    rate_limit: {unit: day, requests_per_unit: 1000000000, algorithm: sliding_window}
+  - key: tb
+    rate_limit: {unit: hour, requests_per_unit: 1000000000, algorithm: token_bucket}
+  - key: tbmem
+    rate_limit: {unit: day, requests_per_unit: 1, algorithm: token_bucket, burst: 1000}
+";
+
+/// The request h2load sends, framed for gRPC.
+pub fn grpc_body(descriptors: &[&[(&str, &str)]]) -> Vec<u8> {
+    let msg = RateLimitRequest {
+        domain: "bench".into(),
+        descriptors: descriptors.iter().map(|e| common::descriptor(e)).collect(),
+        hits_addend: 0,
+    }
+    .encode_to_vec();
+    let mut framed = vec![0];
+    framed.extend((msg.len() as u32).to_be_bytes());
+    framed.extend(msg);
+    framed
+}
