@@ -27,12 +27,24 @@ pub fn free_cluster_port() -> u16 {
     }
 }
 
-/// A port nobody listens on right now.
+/// A port nobody listens on right now, and that nobody else in this test
+/// process is handed. Taken below the kernel's ephemeral range (32768 and
+/// up): a port from `bind(0)` is released at once and can become the source
+/// port of any outgoing connection (Envoy's, sluice's) before the server it
+/// was meant for binds it.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    // Each process starts at its own place in 20000..32000, so test
+    // binaries run one after another do not retry each other's ports.
+    let _ = NEXT.compare_exchange(0, 20_000 + std::process::id() % 6_000 * 2, Relaxed, Relaxed);
+    loop {
+        let p = NEXT.fetch_add(1, Relaxed);
+        let port = u16::try_from(20_000 + (p - 20_000) % 12_000).expect("port");
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 fn spawn(port: u16, dir: &Path, cluster: bool) -> Child {
