@@ -1,6 +1,6 @@
 //! The ceiling for `make bench`: an Envoy rate-limit service that answers
 //! every request OK without looking at it, as fast as tonic serves: built
-//! with the release profile sluice uses (thin LTO, one codegen unit) and
+//! with the release profile sluice uses (fat LTO, one codegen unit) and
 //! served by tonic's own incoming with `TCP_NODELAY`.
 //!
 //!     cargo run --release --example noop_rls -- 127.0.0.1:0
