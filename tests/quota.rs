@@ -374,3 +374,27 @@ fn check_names_rules_a_bucket_could_match_two_ways() {
     );
     assert!(String::from_utf8_lossy(&lenient.stderr).contains("warning: quota mode"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_on_one_instance_share_their_fleet_reads() {
+    let redis = RedisServer::start();
+    let sluice = Sluice::start(&[("api.yaml", RULES)], &["--redis-url", &redis.url()]);
+    assert!(eventually(
+        Duration::from_secs(10),
+        || sluice.readyz()["status"] == "ready"
+    ));
+    let mut streams = Vec::new();
+    for _ in 0..4 {
+        let mut s = open(&sluice).await.unwrap();
+        s.report("api", vec![usage(PARTNER, 1, 0, 0)]).await;
+        s.next().await;
+        streams.push(s);
+    }
+    let calls = || redis.calls("evalsha") + redis.calls("eval");
+    let before = calls();
+    // The measurement is a span of time: three rebalance ticks of four
+    // streams on one bucket. Each reading the store would be 12 calls.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let made = calls() - before;
+    assert!(made <= 6, "{made} store calls for 4 streams over 3 ticks");
+}

@@ -11,6 +11,8 @@
 //! ([`stream`]) rebalance on a timer and push when a share moves enough,
 //! when the rules change, or when an Envoy joins or leaves.
 
+mod action;
+mod fleets;
 mod share;
 mod stream;
 mod target;
@@ -76,6 +78,8 @@ pub(crate) struct Shared {
     pub(crate) opts: QuotaOptions,
     /// `--shadow-mode`: every bucket is allowed, what would be denied counted.
     pub(crate) global_shadow: bool,
+    /// Fleets read lately, shared by this instance's streams.
+    fleets: fleets::Fleets,
     /// A random base for member ids, so two instances never share one.
     instance: u64,
     next: AtomicU64,
@@ -122,6 +126,7 @@ impl QuotaService {
                 metrics,
                 opts,
                 global_shadow,
+                fleets: fleets::Fleets::default(),
                 instance,
                 next: AtomicU64::new(1),
             }),

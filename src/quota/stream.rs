@@ -7,19 +7,15 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
-use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
-use envoy_types::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket as PbBucket};
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::{
-    AbandonAction, BucketAction as Action, QuotaAssignmentAction,
+    AbandonAction, BucketAction as Action,
 };
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
     BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
-use envoy_types::pb::google::protobuf::{Duration as PbDuration, UInt32Value};
 use futures_util::future::join_all;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -27,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Status, Streaming};
 
 use super::Shared;
+use super::action::assignment;
 use super::share::{self, Assignment};
 use super::target::{Target, resolve};
 use crate::metrics::Skip;
@@ -46,6 +43,8 @@ struct Bucket {
     last_busy: Instant,
     /// What Envoy holds from us.
     held: Option<Assignment>,
+    /// When this stream last wrote its demand to the bucket's table.
+    written: Option<Instant>,
 }
 
 pub(super) struct QuotaStream {
@@ -185,6 +184,7 @@ impl QuotaStream {
                     last_report: now,
                     last_busy: now,
                     held: None,
+                    written: None,
                 },
             );
         }
@@ -216,8 +216,14 @@ impl QuotaStream {
         let member = self.member;
         let store = self.shared.store.clone();
         let global_shadow = self.shared.global_shadow;
+        // The timer may use a fleet another stream read moments ago, as long
+        // as this stream's own entry was written lately; a report always
+        // writes (its demand is new).
+        let fresh = self.shared.opts.rebalance / 2;
+        let now = Instant::now();
         let fleets = join_all(keys.iter().map(|k| {
-            let update = self.buckets.get(k).and_then(|b| {
+            let b = self.buckets.get(k);
+            let update = b.and_then(|b| {
                 b.target.table().map(|(table, on_failure)| DemandUpdate {
                     table: table.to_owned(),
                     member,
@@ -226,12 +232,24 @@ impl QuotaStream {
                     on_failure,
                 })
             });
+            let written_lately = b
+                .and_then(|b| b.written)
+                .is_some_and(|w| now.duration_since(w) < ttl / 3);
+            let shared = &self.shared;
             let store = store.clone();
             async move {
-                match update {
-                    Some(u) => Some(store.demand(&u).await),
-                    None => None,
+                let u = update?;
+                if only_changed && written_lately {
+                    let demand = u.demand.unwrap_or(UNKNOWN);
+                    if let Some(members) = shared.fleets.get(&u.table, fresh, member, demand) {
+                        return Some((Fleet::Members(members), false));
+                    }
                 }
+                let fleet = store.demand(&u).await;
+                if let Fleet::Members(members) = &fleet {
+                    shared.fleets.put(&u.table, members, fresh);
+                }
+                Some((fleet, true))
             }
         }))
         .await;
@@ -240,6 +258,12 @@ impl QuotaStream {
             let Some(b) = self.buckets.get_mut(key) else {
                 continue;
             };
+            let fleet = fleet.map(|(fleet, wrote)| {
+                if wrote {
+                    b.written = Some(now);
+                }
+                fleet
+            });
             let new = match fleet {
                 None => Assignment::AllowAll,
                 Some(Fleet::Allow) => Assignment::AllowAll,
@@ -358,34 +382,3 @@ const MAX_TEXT: usize = 1024;
 /// Bytes of a whole bucket id, keys and values (as `--max-descriptor-bytes`
 /// bounds a descriptor): what one bucket can cost a stream's memory.
 const MAX_BUCKET_BYTES: usize = 4096;
-
-fn assignment(id: BucketId, a: &Assignment, ttl: Duration) -> BucketAction {
-    let strategy = match a {
-        Assignment::AllowAll => Strategy::BlanketRule(BlanketRule::AllowAll as i32),
-        Assignment::DenyAll => Strategy::BlanketRule(BlanketRule::DenyAll as i32),
-        Assignment::Bucket(b) => Strategy::TokenBucket(PbBucket {
-            max_tokens: b.max_tokens,
-            tokens_per_fill: Some(UInt32Value {
-                value: b.tokens_per_fill,
-            }),
-            fill_interval: Some(PbDuration {
-                seconds: i64::from(b.fill_interval_seconds),
-                nanos: 0,
-            }),
-        }),
-    };
-    BucketAction {
-        bucket_id: Some(id),
-        bucket_action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
-            // Envoy reads whole seconds: below one the assignment would
-            // expire at once.
-            assignment_time_to_live: Some(PbDuration {
-                seconds: i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX),
-                nanos: 0,
-            }),
-            rate_limit_strategy: Some(RateLimitStrategy {
-                strategy: Some(strategy),
-            }),
-        })),
-    }
-}
