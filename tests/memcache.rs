@@ -94,3 +94,61 @@ async fn memcached_down_is_decided_by_the_policy_and_comes_back() {
     );
     assert_eq!(ask(&mut c, "api", &[("user", "u3")]).await.overall_code, OK);
 }
+
+/// A memcached that answers its first counted `incr` late (after the store
+/// timeout) with a large count, and every later one with 1.
+fn slow_then_honest() -> u16 {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut first = true;
+        for conn in listener.incoming().flatten() {
+            let mut out = conn.try_clone().unwrap();
+            let mut lines = BufReader::new(conn).lines();
+            let slow = std::mem::take(&mut first);
+            std::thread::spawn(move || {
+                let mut slow = slow;
+                while let Some(Ok(line)) = lines.next() {
+                    let reply = if line.contains("probe") {
+                        "NOT_FOUND\r\n"
+                    } else if std::mem::take(&mut slow) {
+                        std::thread::sleep(Duration::from_millis(400));
+                        "999\r\n"
+                    } else {
+                        "1\r\n"
+                    };
+                    if out.write_all(reply.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_that_came_too_late_is_never_read_as_another_requests_count() {
+    let port = slow_then_honest().to_string();
+    let addr = format!("127.0.0.1:{port}");
+    let s = Sluice::start(
+        &[("api.yaml", RULES)],
+        &[
+            "--memcache-servers",
+            &addr,
+            "--redis-timeout",
+            "100ms",
+            "--redis-pool-size",
+            "1",
+        ],
+    );
+    assert!(eventually(Duration::from_secs(10), || s.readyz()["status"] == "ready"));
+    let mut c = s.client().await;
+    // Timed out: decided by the fallback, its reply (999) still on the way.
+    assert_eq!(ask(&mut c, "api", &[("user", "a")]).await.overall_code, OK);
+    // Nothing to poll: the fake's late reply lands 400 ms after the request.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The next request must read its own count (1), not the stale 999.
+    assert_eq!(ask(&mut c, "api", &[("user", "b")]).await.overall_code, OK);
+}

@@ -46,7 +46,15 @@ const MAX_LINE: u64 = 512;
 /// Writes of one token bucket retried when other instances keep winning.
 const CAS_TRIES: usize = 8;
 
-struct Conn(BufStream<TcpStream>);
+/// One connection. `pending` is set from a command's first byte until its
+/// whole reply is read: a call cut short (the store timeout drops it, a
+/// reply that does not parse) leaves bytes in flight, and such a connection
+/// must never serve another request, which would read the old reply as its
+/// own count.
+struct Conn {
+    io: BufStream<TcpStream>,
+    pending: bool,
+}
 
 /// What `gets` found.
 struct Found {
@@ -59,18 +67,21 @@ fn unavailable(e: impl std::fmt::Display) -> StoreError {
 }
 
 impl Conn {
+    /// Writes a command and reads the first line of its reply; the caller
+    /// clears `pending` once it has read the rest.
     async fn send(&mut self, cmd: &str) -> Result<String, StoreError> {
-        self.0
+        self.pending = true;
+        self.io
             .write_all(cmd.as_bytes())
             .await
             .map_err(unavailable)?;
-        self.0.flush().await.map_err(unavailable)?;
+        self.io.flush().await.map_err(unavailable)?;
         self.line().await
     }
 
     async fn line(&mut self) -> Result<String, StoreError> {
         let mut line = String::new();
-        let n = (&mut self.0)
+        let n = (&mut self.io)
             .take(MAX_LINE)
             .read_line(&mut line)
             .await
@@ -88,6 +99,7 @@ impl Conn {
     /// The count after `incr`, or `None` when the key is missing.
     async fn incr(&mut self, key: &str, by: u64) -> Result<Option<u64>, StoreError> {
         let reply = self.send(&format!("incr {key} {by}\r\n")).await?;
+        self.pending = false;
         match reply.as_str() {
             "NOT_FOUND" => Ok(None),
             r if r.starts_with("CLIENT_ERROR") => Err(StoreError::Rejected(r.to_owned())),
@@ -111,7 +123,9 @@ impl Conn {
             None => format!("add {key} 0 {ttl} {}\r\n{data}\r\n", data.len()),
             Some(c) => format!("cas {key} 0 {ttl} {} {c}\r\n{data}\r\n", data.len()),
         };
-        match self.send(&cmd).await?.as_str() {
+        let reply = self.send(&cmd).await?;
+        self.pending = false;
+        match reply.as_str() {
             "STORED" => Ok(true),
             "NOT_STORED" | "EXISTS" | "NOT_FOUND" => Ok(false),
             r => Err(StoreError::BadReply(format!("store answered {r:.40}"))),
@@ -121,6 +135,7 @@ impl Conn {
     async fn gets(&mut self, key: &str) -> Result<Option<Found>, StoreError> {
         let head = self.send(&format!("gets {key}\r\n")).await?;
         if head == "END" {
+            self.pending = false;
             return Ok(None);
         }
         let bad = || StoreError::BadReply(format!("gets answered {head:.60}"));
@@ -139,6 +154,7 @@ impl Conn {
         if self.line().await? != "END" {
             return Err(bad());
         }
+        self.pending = false;
         let value = data
             .parse()
             .map_err(|_| StoreError::Rejected(format!("{key} holds no number")))?;
@@ -175,15 +191,18 @@ impl bb8::ManageConnection for Manager {
             .await
             .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
         let _ = stream.set_nodelay(true);
-        Ok(Conn(BufStream::new(stream)))
+        Ok(Conn {
+            io: BufStream::new(stream),
+            pending: false,
+        })
     }
 
     async fn is_valid(&self, _: &mut Conn) -> Result<(), io::Error> {
         Ok(())
     }
 
-    fn has_broken(&self, _: &mut Conn) -> bool {
-        false
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        conn.pending
     }
 }
 
