@@ -266,6 +266,10 @@ fn main() {
         );
     }
 
+    // While trying a lever, the throughput table alone is enough.
+    if env_or("BENCH_THROUGHPUT_ONLY", 0) == 1 {
+        return;
+    }
     let duration = format!("{SECONDS}s");
     let fixed = |addr, rate: u32| {
         sluice_bench(

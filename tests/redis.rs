@@ -86,6 +86,49 @@ async fn two_instances_share_one_exact_budget() {
     );
 }
 
+/// Requests that queue for Redis together and hit one counter share one
+/// increment, and each still gets the count it would have got alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_key_costs_redis_one_increment_per_batch_and_counts_stay_exact() {
+    let redis = RedisServer::start();
+    // A slow link and one connection make requests queue into batches.
+    let proxy = DelayProxy::start(redis.port);
+    let url = format!("redis://127.0.0.1:{}", proxy.port);
+    let s = start(&[
+        "--redis-url",
+        &url,
+        "--redis-timeout",
+        "5s",
+        "--redis-pool-size",
+        "1",
+    ]);
+    wait_ready(&s);
+    proxy.set_delay(20);
+    let client = s.client().await;
+    let before = redis.calls("incrby");
+    let tasks: Vec<_> = (0..200)
+        .map(|_| {
+            let mut c = client.clone();
+            tokio::spawn(async move { ask(&mut c, "shop", &[("hot", "k")]).await })
+        })
+        .collect();
+    let mut remaining = Vec::new();
+    for t in tasks {
+        let r = t.await.expect("task");
+        if r.overall_code == OK {
+            remaining.push(r.statuses[0].limit_remaining);
+        }
+    }
+    remaining.sort_unstable();
+    // Exactly the limit admitted, each with its own place in the count.
+    assert_eq!(remaining, (0..100).collect::<Vec<u32>>());
+    let increments = redis.calls("incrby") - before;
+    assert!(
+        increments < 50,
+        "200 requests on one key cost {increments} INCRBY calls"
+    );
+}
+
 #[tokio::test]
 async fn keys_carry_prefix_format_and_a_bounded_expiry() {
     let redis = RedisServer::start();

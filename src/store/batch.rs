@@ -2,7 +2,9 @@
 //! increments to one task, which sends whatever has queued up as a single
 //! script call, with a few calls in flight at once. At low load a batch is one
 //! request and nothing waits; under load a round trip carries many requests,
-//! so neither sluice nor Redis pays per-request command overhead.
+//! so neither sluice nor Redis pays per-request command overhead, and the
+//! requests of a batch that hit one counter share one increment
+//! ([`coalesce`](super::coalesce)).
 
 use std::sync::Arc;
 
@@ -12,6 +14,7 @@ use redis::Script;
 use tokio::sync::{mpsc, oneshot};
 
 use super::StoreError;
+use super::coalesce::Coalesced;
 use super::pool::Manager;
 use super::script::{Op, decode};
 use crate::limiter::Tally;
@@ -95,7 +98,7 @@ async fn drive(
 }
 
 async fn send(pool: bb8::Pool<Manager>, script: Arc<Script>, jobs: Vec<Job>) {
-    let answers: usize = jobs.iter().map(|j| j.ops.len() * 2).sum();
+    let coalesced = Coalesced::new(jobs.iter().flat_map(|j| &j.ops));
     let raw: Result<Vec<i64>, StoreError> = async {
         // Multiplexed: clone the connection and give the slot back at once.
         let mut conn = pool
@@ -104,9 +107,7 @@ async fn send(pool: bb8::Pool<Manager>, script: Arc<Script>, jobs: Vec<Job>) {
             .map_err(|e| StoreError::Unavailable(e.to_string()))?
             .clone();
         let mut inv = script.prepare_invoke();
-        for op in jobs.iter().flat_map(|j| &j.ops) {
-            op.add_to(&mut inv);
-        }
+        coalesced.add_to(&mut inv);
         inv.invoke_async(&mut conn)
             .await
             .map_err(|e| super::redis::classify(&e))
@@ -114,7 +115,8 @@ async fn send(pool: bb8::Pool<Manager>, script: Arc<Script>, jobs: Vec<Job>) {
     .await
     // A reply that does not match the call is the store's fault: nobody is
     // answered from it, so no request is admitted on a missing count.
-    .and_then(|raw: Vec<i64>| super::same_length(raw.len(), answers).map(|()| raw));
+    .and_then(|raw: Vec<i64>| coalesced.answers(&raw));
+    drop(coalesced);
     match raw {
         Ok(raw) => {
             let mut rest = raw.as_slice();

@@ -4,6 +4,7 @@
 mod batch;
 mod breaker;
 mod cache;
+mod coalesce;
 pub mod demand;
 mod key;
 pub mod memcache;
