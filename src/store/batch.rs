@@ -98,7 +98,8 @@ async fn drive(
 }
 
 async fn send(pool: bb8::Pool<Manager>, script: Arc<Script>, jobs: Vec<Job>) {
-    let coalesced = Coalesced::new(jobs.iter().flat_map(|j| &j.ops));
+    let n = jobs.iter().map(|j| j.ops.len()).sum();
+    let coalesced = Coalesced::new(jobs.iter().flat_map(|j| &j.ops), n);
     let raw: Result<Vec<i64>, StoreError> = async {
         // Multiplexed: clone the connection and give the slot back at once.
         let mut conn = pool

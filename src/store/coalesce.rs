@@ -41,11 +41,13 @@ struct Share {
 }
 
 impl<'a> Coalesced<'a> {
-    /// Merges `ops` that add to the same counter with the same shape.
-    pub(super) fn new(ops: impl Iterator<Item = &'a Op>) -> Coalesced<'a> {
-        let mut merged: Vec<Merged<'a>> = Vec::new();
-        let mut shares = Vec::new();
-        let mut index: FastMap<(u64, &'a [String]), usize> = FastMap::default();
+    /// Merges `ops` (`n` of them) that add to the same counter with the
+    /// same shape.
+    pub(super) fn new(ops: impl Iterator<Item = &'a Op>, n: usize) -> Coalesced<'a> {
+        let mut merged: Vec<Merged<'a>> = Vec::with_capacity(n);
+        let mut shares = Vec::with_capacity(n);
+        let mut index: FastMap<(u64, &'a [String]), usize> =
+            FastMap::with_capacity_and_hasher(n, Default::default());
         for op in ops {
             let [kind, hits, ttl, ..] = op.args;
             let found = (kind != BUCKET)
