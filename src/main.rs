@@ -118,6 +118,14 @@ struct QuotaArgs {
     /// A bucket reported with no requests for this long is abandoned.
     #[arg(long, env = "SLUICE_QUOTA_ABANDON_AFTER", default_value = "300s", value_parser = parse_duration)]
     quota_abandon_after: Duration,
+    /// Store calls (demand writes and fleet reads) one quota stream may make
+    /// per second; more wait for the rebalance timer.
+    #[arg(long, env = "SLUICE_QUOTA_STREAM_STORE_RATE", default_value_t = QuotaOptions::default().stream_store_rate)]
+    quota_stream_store_rate: u32,
+    /// Store calls all quota streams of this instance may make per second,
+    /// so quota mode never crowds out ShouldRateLimit's counters.
+    #[arg(long, env = "SLUICE_QUOTA_STORE_RATE", default_value_t = QuotaOptions::default().store_rate)]
+    quota_store_rate: u32,
 }
 
 impl QuotaArgs {
@@ -130,6 +138,8 @@ impl QuotaArgs {
                 .quota_rebalance_interval
                 .max(Duration::from_millis(100)),
             abandon_after: self.quota_abandon_after,
+            stream_store_rate: self.quota_stream_store_rate,
+            store_rate: self.quota_store_rate,
         }
     }
 }

@@ -161,6 +161,7 @@ pub struct Metrics {
     /// Quota streams open, and report entries skipped by reason.
     quota_streams: AtomicI64,
     quota_skipped: [AtomicU64; Skip::ALL.len()],
+    quota_deferred: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -224,6 +225,7 @@ impl Metrics {
             conn: ConnMetrics::default(),
             quota_streams: AtomicI64::default(),
             quota_skipped: Default::default(),
+            quota_deferred: AtomicU64::default(),
         }
     }
 

@@ -399,3 +399,70 @@ async fn streams_on_one_instance_share_their_fleet_reads() {
     eprintln!("{made} store calls for 4 streams over 3 ticks");
     assert!(made <= 6, "{made} store calls for 4 streams over 3 ticks");
 }
+
+/// One client naming a thousand buckets must not turn its reports into a
+/// thousand store calls a second: its own budget and the instance's bound
+/// what quota mode asks of the store, and another Envoy still gets its share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_buckets_costs_the_store_no_more_than_its_budgets() {
+    let redis = RedisServer::start();
+    let sluice = Sluice::start(
+        &[("api.yaml", RULES)],
+        &[
+            "--redis-url",
+            &redis.url(),
+            "--quota-stream-store-rate",
+            "50",
+            "--quota-store-rate",
+            "80",
+        ],
+    );
+    assert!(eventually(
+        Duration::from_secs(10),
+        || sluice.readyz()["status"] == "ready"
+    ));
+    let calls = || redis.calls("evalsha") + redis.calls("eval");
+    let before = calls();
+    let started = std::time::Instant::now();
+    let keys: Vec<String> = (0..1000).map(|i| format!("flood-{i}")).collect();
+    let mut flood = open(&sluice).await.unwrap();
+    flood
+        .report(
+            "api",
+            keys.iter()
+                .map(|k| usage(&[("tier", "partner"), ("api_key", k)], 100, 0, 1))
+                .collect(),
+        )
+        .await;
+    let first = flood.next().await;
+    assert!(
+        first.len() <= 50,
+        "one report was answered with {} assignments, each a store call",
+        first.len()
+    );
+    // An honest Envoy reporting meanwhile is still assigned its share.
+    let mut honest = open(&sluice).await.unwrap();
+    honest.report("api", vec![usage(PARTNER, 1, 0, 0)]).await;
+    let mut got = HashMap::new();
+    while !got.contains_key("k1") {
+        got = honest.next().await;
+    }
+    assert!(got["k1"].contains("/10s"), "honest Envoy got {got:?}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let made = calls() - before;
+    let seconds = started.elapsed().as_secs_f64();
+    eprintln!("{made} store calls in {seconds:.1} s");
+    // The instance's budget: 80 a second, one second's worth saved up.
+    assert!(
+        (made as f64) <= 80.0 * (seconds + 1.0),
+        "{made} store calls in {seconds:.1} s with --quota-store-rate 80"
+    );
+    let deferred = metric(
+        &sluice.get("/metrics").1,
+        "sluice_quota_store_calls_deferred_total",
+    );
+    assert!(
+        deferred.is_some_and(|d| d > 0.0),
+        "deferred calls are counted"
+    );
+}

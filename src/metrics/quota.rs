@@ -60,6 +60,11 @@ impl Metrics {
         }
     }
 
+    /// Store calls quota mode put off for want of budget.
+    pub fn quota_deferred(&self, calls: u64) {
+        self.quota_deferred.fetch_add(calls, Relaxed);
+    }
+
     /// Quota mode: per rule that Envoys ever reported to this instance, and
     /// the streams and skipped report entries.
     pub(super) fn render_quota(&self, out: &mut String, rules: &[(RuleKey, Arc<RuleStats>)]) {
@@ -80,6 +85,11 @@ impl Metrics {
                 c.load(Relaxed)
             );
         }
+        let _ = writeln!(
+            out,
+            "# HELP sluice_quota_store_calls_deferred_total Quota-mode store calls put off by --quota-store-rate or --quota-stream-store-rate.\n# TYPE sluice_quota_store_calls_deferred_total counter\nsluice_quota_store_calls_deferred_total {}",
+            self.quota_deferred.load(Relaxed)
+        );
         let seen: Vec<_> = rules
             .iter()
             .filter(|(_, s)| s.quota_limit_milli.load(Relaxed) > 0)

@@ -12,10 +12,12 @@
 //! when the rules change, or when an Envoy joins or leaves.
 
 mod action;
+mod budget;
 mod fleets;
 mod share;
 mod stream;
 mod target;
+mod usage;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -56,6 +58,12 @@ pub struct QuotaOptions {
     /// A bucket reported with no requests for this long is abandoned
     /// (`--quota-abandon-after`).
     pub abandon_after: Duration,
+    /// Store calls one stream may make per second
+    /// (`--quota-stream-store-rate`).
+    pub stream_store_rate: u32,
+    /// Store calls all streams together may make per second
+    /// (`--quota-store-rate`).
+    pub store_rate: u32,
 }
 
 impl Default for QuotaOptions {
@@ -66,6 +74,8 @@ impl Default for QuotaOptions {
             assignment_ttl: Duration::from_secs(15),
             rebalance: Duration::from_secs(1),
             abandon_after: Duration::from_secs(300),
+            stream_store_rate: 200,
+            store_rate: 2000,
         }
     }
 }
@@ -80,6 +90,8 @@ pub(crate) struct Shared {
     pub(crate) global_shadow: bool,
     /// Fleets read lately, shared by this instance's streams.
     fleets: fleets::Fleets,
+    /// Store calls left to this instance's streams this second.
+    budget: budget::SharedBudget,
     /// A random base for member ids, so two instances never share one.
     instance: u64,
     next: AtomicU64,
@@ -127,6 +139,7 @@ impl QuotaService {
                 opts,
                 global_shadow,
                 fleets: fleets::Fleets::default(),
+                budget: budget::SharedBudget::new(opts.store_rate),
                 instance,
                 next: AtomicU64::new(1),
             }),

@@ -24,14 +24,14 @@ use tonic::{Status, Streaming};
 
 use super::Shared;
 use super::action::assignment;
-use super::share::{self, Assignment};
+use super::budget::CallBudget;
+use super::share::Assignment;
 use super::target::{Target, resolve};
-use crate::metrics::Skip;
-use crate::store::demand::{DemandUpdate, Fleet, UNKNOWN};
+use super::usage::Usage;
 
-/// Requests per second no Envoy can really have offered: a report claiming
-/// more is garbage, skipped.
-const MAX_RATE: f64 = 1e9;
+mod assign;
+use crate::metrics::Skip;
+use crate::store::demand::{DemandUpdate, UNKNOWN};
 
 /// One bucket as this stream knows it.
 struct Bucket {
@@ -54,6 +54,8 @@ pub(super) struct QuotaStream {
     domain: Option<String>,
     buckets: HashMap<Vec<(String, String)>, Bucket>,
     generation: u64,
+    /// Store calls this stream may still make this second.
+    budget: CallBudget,
 }
 
 impl QuotaStream {
@@ -63,6 +65,7 @@ impl QuotaStream {
         tx: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
     ) -> QuotaStream {
         let generation = shared.rules.current().generation;
+        let shared_rate = shared.opts.stream_store_rate;
         QuotaStream {
             shared,
             member,
@@ -70,6 +73,7 @@ impl QuotaStream {
             domain: None,
             buckets: HashMap::new(),
             generation,
+            budget: CallBudget::new(shared_rate, Instant::now()),
         }
     }
 
@@ -142,31 +146,12 @@ impl QuotaStream {
         usage: BucketQuotaUsage,
         now: Instant,
     ) -> Result<Vec<(String, String)>, Skip> {
-        let id = usage.bucket_id.ok_or(Skip::NoBucketId)?;
-        if id.bucket.is_empty() {
-            return Err(Skip::NoBucketId);
-        }
-        let bytes: usize = id.bucket.iter().map(|(k, v)| k.len() + v.len()).sum();
-        if id.bucket.len() > crate::config::MAX_BUCKET_ENTRIES
-            || bytes > MAX_BUCKET_BYTES
-            || id
-                .bucket
-                .iter()
-                .any(|(k, v)| k.len() > MAX_TEXT || v.len() > MAX_TEXT)
-        {
-            return Err(Skip::Oversized);
-        }
-        let elapsed = usage
-            .time_elapsed
-            .map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9);
-        let offered = usage
-            .num_requests_allowed
-            .saturating_add(usage.num_requests_denied) as f64;
-        // Envoy reports whole seconds, and 0 on a bucket's first report.
-        let rate = (elapsed >= 1.0).then(|| offered / elapsed);
-        if !(0.0..=1e7).contains(&elapsed) || rate.is_some_and(|r| r > MAX_RATE) {
-            return Err(Skip::BadCounts);
-        }
+        let Usage {
+            id,
+            offered,
+            elapsed,
+            rate,
+        } = Usage::check(usage)?;
         let mut key: Vec<(String, String)> = id.bucket.clone().into_iter().collect();
         key.sort_unstable();
         if !self.buckets.contains_key(&key) {
@@ -190,101 +175,15 @@ impl QuotaStream {
         }
         if let Some(b) = self.buckets.get_mut(&key) {
             b.last_report = now;
-            if offered > 0.0 {
+            if offered != (0, 0) {
                 b.last_busy = now;
             }
             if let Some(r) = rate {
                 b.demand = r;
             }
-            b.target.reported(
-                usage.num_requests_allowed,
-                usage.num_requests_denied,
-                elapsed,
-            );
+            b.target.reported(offered.0, offered.1, elapsed);
         }
         Ok(key)
-    }
-
-    /// Computes the assignments of `keys`; with `only_changed`, keeps those
-    /// that moved enough to be worth replacing Envoy's bucket.
-    async fn assign(
-        &mut self,
-        keys: &[Vec<(String, String)>],
-        only_changed: bool,
-    ) -> Vec<BucketAction> {
-        let ttl = self.shared.opts.assignment_ttl;
-        let member = self.member;
-        let store = self.shared.store.clone();
-        let global_shadow = self.shared.global_shadow;
-        // The timer may use a fleet another stream read moments ago, as long
-        // as this stream's own entry was written lately; a report always
-        // writes (its demand is new).
-        let fresh = self.shared.opts.rebalance / 2;
-        let now = Instant::now();
-        let fleets = join_all(keys.iter().map(|k| {
-            let b = self.buckets.get(k);
-            let update = b.and_then(|b| {
-                b.target.table().map(|(table, on_failure)| DemandUpdate {
-                    table: table.to_owned(),
-                    member,
-                    demand: Some(b.demand),
-                    ttl,
-                    on_failure,
-                })
-            });
-            let written_lately = b
-                .and_then(|b| b.written)
-                .is_some_and(|w| now.duration_since(w) < ttl / 3);
-            let shared = &self.shared;
-            let store = store.clone();
-            async move {
-                let u = update?;
-                if only_changed && written_lately {
-                    let demand = u.demand.unwrap_or(UNKNOWN);
-                    if let Some(members) = shared.fleets.get(&u.table, fresh, member, demand) {
-                        return Some((Fleet::Members(members), false));
-                    }
-                }
-                let fleet = store.demand(&u).await;
-                if let Fleet::Members(members) = &fleet {
-                    shared.fleets.put(&u.table, members, fresh);
-                }
-                Some((fleet, true))
-            }
-        }))
-        .await;
-        let mut actions = Vec::new();
-        for (key, fleet) in keys.iter().zip(fleets) {
-            let Some(b) = self.buckets.get_mut(key) else {
-                continue;
-            };
-            let fleet = fleet.map(|(fleet, wrote)| {
-                if wrote {
-                    b.written = Some(now);
-                }
-                fleet
-            });
-            let new = match fleet {
-                None => Assignment::AllowAll,
-                Some(Fleet::Allow) => Assignment::AllowAll,
-                Some(Fleet::Deny) => Assignment::DenyAll,
-                Some(Fleet::Members(members)) => {
-                    b.target.assignment(member, &members, global_shadow)
-                }
-            };
-            let push = share::worth_pushing(b.held.as_ref(), &new);
-            if only_changed && !push {
-                continue;
-            }
-            let give = match (push, b.held) {
-                (false, Some(held)) => held,
-                _ => new,
-            };
-            b.target.assigned(b.held.as_ref(), &give);
-            b.held = Some(give);
-            actions.push(assignment(b.id.clone(), &give, ttl));
-        }
-        actions
     }
 
     /// The timer: follow rule reloads, drop buckets Envoy forgot, abandon
@@ -317,7 +216,8 @@ impl QuotaStream {
         let mut actions = Vec::new();
         for key in gone.iter().chain(&idle) {
             if let Some(b) = self.buckets.remove(key) {
-                self.forget(&b).await;
+                let call = b.written.is_some() && self.afford(1) == 1;
+                self.forget(&b, call).await;
                 if idle.contains(key) {
                     actions.push(BucketAction {
                         bucket_id: Some(b.id),
@@ -326,7 +226,10 @@ impl QuotaStream {
                 }
             }
         }
-        let keys: Vec<_> = self.buckets.keys().cloned().collect();
+        // Those written longest ago (or never) first, while the budgets last.
+        let mut keys: Vec<_> = self.buckets.iter().map(|(k, b)| (b.written, k)).collect();
+        keys.sort_unstable_by_key(|(written, _)| *written);
+        let keys: Vec<_> = keys.into_iter().map(|(_, k)| k.clone()).collect();
         actions.extend(self.assign(&keys, true).await);
         self.send(actions).await;
     }
@@ -343,16 +246,34 @@ impl QuotaStream {
         self.send(actions).await;
     }
 
+    /// Leaves every fleet. Entries the budgets cannot remove now expire
+    /// with the assignment TTL.
     async fn leave_all(&mut self) {
         let buckets: Vec<Bucket> = self.buckets.drain().map(|(_, b)| b).collect();
-        join_all(buckets.iter().map(|b| self.forget(b))).await;
+        let mut calls = self.afford(buckets.iter().filter(|b| b.written.is_some()).count());
+        let leave: Vec<bool> = buckets
+            .iter()
+            .map(|b| {
+                let call = b.written.is_some() && calls > 0;
+                calls -= usize::from(call);
+                call
+            })
+            .collect();
+        join_all(
+            buckets
+                .iter()
+                .zip(leave)
+                .map(|(b, call)| self.forget(b, call)),
+        )
+        .await;
     }
 
-    /// Takes a bucket's demand out of its fleet and its gauges down.
-    async fn forget(&self, b: &Bucket) {
+    /// Takes a bucket's gauges down and, with `call_store`, its demand out
+    /// of its fleet.
+    async fn forget(&self, b: &Bucket, call_store: bool) {
         b.target.subscribe(false);
         b.target.assigned(b.held.as_ref(), &Assignment::AllowAll);
-        if let Some((table, on_failure)) = b.target.table() {
+        if let (true, Some((table, on_failure))) = (call_store, b.target.table()) {
             let update = DemandUpdate {
                 table: table.to_owned(),
                 member: self.member,
@@ -376,9 +297,3 @@ impl QuotaStream {
             .await;
     }
 }
-
-/// Bytes of one bucket id key or value; a longer one is skipped.
-const MAX_TEXT: usize = 1024;
-/// Bytes of a whole bucket id, keys and values (as `--max-descriptor-bytes`
-/// bounds a descriptor): what one bucket can cost a stream's memory.
-const MAX_BUCKET_BYTES: usize = 4096;

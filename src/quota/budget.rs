@@ -1,0 +1,106 @@
+//! Store calls quota mode may make: one budget per stream and one for the
+//! instance. A usage report may name a thousand buckets, and a stream's
+//! timer touches every bucket it holds each interval; without a budget one
+//! client could turn its reports into store load that crowds out every
+//! `ShouldRateLimit` counter on the same Redis. A call the budgets cannot
+//! afford is deferred: Envoy keeps (and renews) the share it holds, a new
+//! bucket waits for the timer, and buckets written longest ago go first.
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+/// A token bucket of calls: `rate` a second, at most one second's worth
+/// saved up.
+#[derive(Debug)]
+pub(super) struct CallBudget {
+    rate: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl CallBudget {
+    /// A full budget of `rate` calls a second (0 allows none).
+    pub(super) fn new(rate: u32, now: Instant) -> CallBudget {
+        CallBudget {
+            rate: f64::from(rate),
+            tokens: f64::from(rate),
+            at: now,
+        }
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.rate);
+        self.at = now;
+    }
+
+    /// Takes up to `wanted` calls; returns how many were granted.
+    pub(super) fn take(&mut self, wanted: usize, now: Instant) -> usize {
+        self.refill(now);
+        // Whole calls only; the float never exceeds `rate`, a u32.
+        let granted = (self.tokens.floor() as usize).min(wanted);
+        self.tokens -= granted as f64;
+        granted
+    }
+
+    /// Gives back calls granted but not made.
+    pub(super) fn give_back(&mut self, calls: usize) {
+        self.tokens = (self.tokens + calls as f64).min(self.rate);
+    }
+}
+
+/// The instance's budget, shared by its streams (never touched by a
+/// `ShouldRateLimit` request).
+#[derive(Debug)]
+pub(super) struct SharedBudget(Mutex<CallBudget>);
+
+impl SharedBudget {
+    pub(super) fn new(rate: u32) -> SharedBudget {
+        SharedBudget(Mutex::new(CallBudget::new(rate, Instant::now())))
+    }
+
+    /// Calls a stream may make now: what both its own budget and the
+    /// instance's grant.
+    pub(super) fn grant(&self, own: &mut CallBudget, wanted: usize) -> usize {
+        let now = Instant::now();
+        let mine = own.take(wanted, now);
+        let granted = self.0.lock().take(mine, now);
+        own.give_back(mine - granted);
+        granted
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_budget_grants_a_second_at_most_and_refills_at_its_rate() {
+        let now = Instant::now();
+        let mut b = CallBudget::new(100, now);
+        assert_eq!(b.take(1000, now), 100, "one second's worth at once");
+        assert_eq!(b.take(10, now), 0);
+        let later = now + Duration::from_millis(250);
+        assert_eq!(b.take(1000, later), 25);
+        // Idle for a minute: still one second's worth, not sixty.
+        let much_later = later + Duration::from_secs(60);
+        assert_eq!(b.take(1000, much_later), 100);
+        b.give_back(7);
+        assert_eq!(b.take(1000, much_later), 7);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_instance_budget_caps_every_stream_and_returns_what_it_refuses() {
+        let shared = SharedBudget::new(150);
+        let now = Instant::now();
+        let (mut a, mut b) = (CallBudget::new(100, now), CallBudget::new(100, now));
+        assert_eq!(shared.grant(&mut a, 1000), 100);
+        assert_eq!(shared.grant(&mut b, 1000), 50, "the instance has 50 left");
+        // b was refused 50 by the instance, not by its own budget.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(shared.grant(&mut b, 1000), 100);
+        assert_eq!(CallBudget::new(0, now).take(5, now), 0);
+    }
+}

@@ -1,0 +1,157 @@
+//! Assignments for a stream's buckets: which need a store call, which the
+//! budgets allow, and what Envoy is sent.
+
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
+use futures_util::future::join_all;
+use tokio::time::Instant;
+
+use super::QuotaStream;
+use crate::quota::action::assignment;
+use crate::quota::share::{self, Assignment};
+use crate::store::demand::{DemandUpdate, Fleet};
+
+/// How a bucket gets its fleet this round.
+enum Plan {
+    /// Its rule keeps no table: allowed.
+    NoTable,
+    /// Read lately by another stream of this instance.
+    Cached(Fleet),
+    /// Write this stream's demand and read the fleet.
+    Call(DemandUpdate),
+    /// The budgets are spent: keep what Envoy holds.
+    Deferred,
+}
+
+/// What a plan came to.
+enum Got {
+    NoTable,
+    Cached(Fleet),
+    Called(Fleet),
+    Deferred,
+}
+
+impl QuotaStream {
+    /// What `key` needs to be assigned: a fleet another stream read lately
+    /// (only on the timer, and only while this stream's own entry is
+    /// fresh), or a store call that writes its demand and reads the fleet.
+    fn plan(&self, key: &[(String, String)], only_changed: bool, now: Instant) -> Plan {
+        let Some(b) = self.buckets.get(key) else {
+            return Plan::NoTable;
+        };
+        let Some((table, on_failure)) = b.target.table() else {
+            return Plan::NoTable;
+        };
+        let ttl = self.shared.opts.assignment_ttl;
+        let written_lately = b.written.is_some_and(|w| now.duration_since(w) < ttl / 3);
+        if only_changed && written_lately {
+            let fresh = self.shared.opts.rebalance / 2;
+            if let Some(members) = self.shared.fleets.get(table, fresh, self.member, b.demand) {
+                return Plan::Cached(Fleet::Members(members));
+            }
+        }
+        Plan::Call(DemandUpdate {
+            table: table.to_owned(),
+            member: self.member,
+            demand: Some(b.demand),
+            ttl,
+            on_failure,
+        })
+    }
+
+    /// Store calls the budgets allow now, out of `wanted`; the rest are
+    /// counted as deferred.
+    pub(super) fn afford(&mut self, wanted: usize) -> usize {
+        let granted = self.shared.budget.grant(&mut self.budget, wanted);
+        if granted < wanted {
+            self.shared
+                .metrics
+                .quota_deferred((wanted - granted) as u64);
+        }
+        granted
+    }
+
+    /// Computes the assignments of `keys`; with `only_changed`, keeps those
+    /// that moved enough to be worth replacing Envoy's bucket. Store calls
+    /// go to the first keys while the budgets last.
+    pub(super) async fn assign(
+        &mut self,
+        keys: &[Vec<(String, String)>],
+        only_changed: bool,
+    ) -> Vec<BucketAction> {
+        let now = Instant::now();
+        let mut plans: Vec<Plan> = keys
+            .iter()
+            .map(|k| self.plan(k, only_changed, now))
+            .collect();
+        let wanted = plans.iter().filter(|p| matches!(p, Plan::Call(_))).count();
+        let mut granted = self.afford(wanted);
+        for p in plans.iter_mut().filter(|p| matches!(p, Plan::Call(_))) {
+            if granted == 0 {
+                *p = Plan::Deferred;
+            } else {
+                granted -= 1;
+            }
+        }
+        let shared = &self.shared;
+        let fleets = join_all(plans.into_iter().map(|p| async move {
+            match p {
+                Plan::Call(u) => {
+                    let fleet = shared.store.demand(&u).await;
+                    if let Fleet::Members(members) = &fleet {
+                        shared
+                            .fleets
+                            .put(&u.table, members, shared.opts.rebalance / 2);
+                    }
+                    Got::Called(fleet)
+                }
+                Plan::Cached(fleet) => Got::Cached(fleet),
+                Plan::NoTable => Got::NoTable,
+                Plan::Deferred => Got::Deferred,
+            }
+        }))
+        .await;
+        let ttl = self.shared.opts.assignment_ttl;
+        let mut actions = Vec::new();
+        for (key, got) in keys.iter().zip(fleets) {
+            let Some(b) = self.buckets.get_mut(key) else {
+                continue;
+            };
+            let fleet = match got {
+                Got::Called(fleet) => {
+                    b.written = Some(now);
+                    Some(fleet)
+                }
+                Got::Cached(fleet) => Some(fleet),
+                Got::NoTable => None,
+                Got::Deferred => {
+                    // Envoy keeps what it holds: renewed when it reports, left
+                    // alone by the timer. A new bucket waits for the timer.
+                    if let (false, Some(held)) = (only_changed, b.held) {
+                        actions.push(assignment(b.id.clone(), &held, ttl));
+                    }
+                    continue;
+                }
+            };
+            let new = match fleet {
+                None | Some(Fleet::Allow) => Assignment::AllowAll,
+                Some(Fleet::Deny) => Assignment::DenyAll,
+                Some(Fleet::Members(members)) => {
+                    b.target
+                        .assignment(self.member, &members, self.shared.global_shadow)
+                }
+            };
+            let push = share::worth_pushing(b.held.as_ref(), &new);
+            if only_changed && !push {
+                continue;
+            }
+            let give = match (push, b.held) {
+                (false, Some(held)) => held,
+                _ => new,
+            };
+            b.target.assigned(b.held.as_ref(), &give);
+            b.held = Some(give);
+            actions.push(assignment(b.id.clone(), &give, ttl));
+        }
+        actions
+    }
+}

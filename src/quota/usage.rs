@@ -1,0 +1,65 @@
+//! One bucket's entry of a usage report, checked before it costs anything:
+//! a bucket id within its bounds, and counts an Envoy could really have.
+
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::BucketId;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+
+use crate::metrics::Skip;
+
+/// Bytes of one bucket id key or value; a longer one is skipped.
+const MAX_TEXT: usize = 1024;
+/// Bytes of a whole bucket id, keys and values (as `--max-descriptor-bytes`
+/// bounds a descriptor): what one bucket can cost a stream's memory.
+const MAX_BUCKET_BYTES: usize = 4096;
+/// Requests per second no Envoy can really have offered: a report claiming
+/// more is garbage, skipped.
+const MAX_RATE: f64 = 1e9;
+/// Seconds a report may cover.
+const MAX_ELAPSED: f64 = 1e7;
+
+/// A checked entry.
+pub(super) struct Usage {
+    pub id: BucketId,
+    /// Requests allowed and denied since the last report.
+    pub offered: (u64, u64),
+    /// Seconds the counts cover.
+    pub elapsed: f64,
+    /// Requests per second offered; none on a first report (Envoy reports
+    /// whole seconds, and 0 then).
+    pub rate: Option<f64>,
+}
+
+impl Usage {
+    /// The entry, or why it is skipped.
+    pub(super) fn check(usage: BucketQuotaUsage) -> Result<Usage, Skip> {
+        let id = usage.bucket_id.ok_or(Skip::NoBucketId)?;
+        if id.bucket.is_empty() {
+            return Err(Skip::NoBucketId);
+        }
+        let bytes: usize = id.bucket.iter().map(|(k, v)| k.len() + v.len()).sum();
+        if id.bucket.len() > crate::config::MAX_BUCKET_ENTRIES
+            || bytes > MAX_BUCKET_BYTES
+            || id
+                .bucket
+                .iter()
+                .any(|(k, v)| k.len() > MAX_TEXT || v.len() > MAX_TEXT)
+        {
+            return Err(Skip::Oversized);
+        }
+        let elapsed = usage
+            .time_elapsed
+            .map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9);
+        let offered = (usage.num_requests_allowed, usage.num_requests_denied);
+        let total = offered.0.saturating_add(offered.1) as f64;
+        let rate = (elapsed >= 1.0).then(|| total / elapsed);
+        if !(0.0..=MAX_ELAPSED).contains(&elapsed) || rate.is_some_and(|r| r > MAX_RATE) {
+            return Err(Skip::BadCounts);
+        }
+        Ok(Usage {
+            id,
+            offered,
+            elapsed,
+            rate,
+        })
+    }
+}
