@@ -109,6 +109,11 @@ struct QuotaArgs {
     /// Buckets one quota stream may report; more are skipped and counted.
     #[arg(long, env = "SLUICE_QUOTA_MAX_BUCKETS", default_value_t = QuotaOptions::default().max_buckets)]
     quota_max_buckets: usize,
+    /// Buckets all quota streams of this instance may hold together (each
+    /// costs about 1 KiB and a little of every rebalance); more are skipped
+    /// and counted.
+    #[arg(long, env = "SLUICE_QUOTA_MAX_TOTAL_BUCKETS", default_value_t = QuotaOptions::default().max_total_buckets)]
+    quota_max_total_buckets: usize,
     /// How long an assignment holds unless renewed (whole seconds, at least 1).
     #[arg(long, env = "SLUICE_QUOTA_ASSIGNMENT_TTL", default_value = "15s", value_parser = parse_duration)]
     quota_assignment_ttl: Duration,
@@ -133,6 +138,7 @@ impl QuotaArgs {
         QuotaOptions {
             max_streams: self.quota_max_streams,
             max_buckets: self.quota_max_buckets,
+            max_total_buckets: self.quota_max_total_buckets,
             assignment_ttl: self.quota_assignment_ttl.max(Duration::from_secs(1)),
             rebalance: self
                 .quota_rebalance_interval

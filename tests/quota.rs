@@ -466,3 +466,38 @@ async fn a_flood_of_buckets_costs_the_store_no_more_than_its_budgets() {
         "deferred calls are counted"
     );
 }
+
+/// Every bucket a stream holds costs memory and a little of each
+/// rebalance; however many streams there are, the instance holds at most
+/// `--quota-max-total-buckets`, and a stream that ends gives its back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_instance_holds_no_more_buckets_than_its_cap() {
+    let sluice = Sluice::start(&[("api.yaml", RULES)], &["--quota-max-total-buckets", "3"]);
+    let partner = |k: &'static str| usage(&[("tier", "partner"), ("api_key", k)], 1, 0, 0);
+    let mut a = open(&sluice).await.unwrap();
+    a.report("api", vec![partner("a1"), partner("a2")]).await;
+    assert_eq!(a.next().await.len(), 2);
+    let mut b = open(&sluice).await.unwrap();
+    b.report("api", vec![partner("b1"), partner("b2")]).await;
+    let got = b.next().await;
+    assert!(got.contains_key("b1") && !got.contains_key("b2"), "{got:?}");
+    let skipped = || {
+        metric(
+            &sluice.get("/metrics").1,
+            "sluice_quota_reports_skipped_total{reason=\"too_many_buckets\"}",
+        )
+    };
+    assert_eq!(skipped(), Some(1.0));
+    // The first Envoy goes: its two places are free again.
+    drop(a);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        // b1 is held, so every report is answered.
+        b.report("api", vec![partner("b1"), partner("b2")]).await;
+        if b.next().await.contains_key("b2") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "b2 never got a place");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

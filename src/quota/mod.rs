@@ -20,7 +20,7 @@ mod target;
 mod usage;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaService;
@@ -49,6 +49,9 @@ pub struct QuotaOptions {
     pub max_streams: usize,
     /// Buckets one stream may report (`--quota-max-buckets`).
     pub max_buckets: usize,
+    /// Buckets all streams of this instance may hold together
+    /// (`--quota-max-total-buckets`).
+    pub max_total_buckets: usize,
     /// How long an assignment holds without being renewed
     /// (`--quota-assignment-ttl`); Envoy reads whole seconds.
     pub assignment_ttl: Duration,
@@ -71,6 +74,7 @@ impl Default for QuotaOptions {
         QuotaOptions {
             max_streams: 1024,
             max_buckets: 1000,
+            max_total_buckets: 100_000,
             assignment_ttl: Duration::from_secs(15),
             rebalance: Duration::from_secs(1),
             abandon_after: Duration::from_secs(300),
@@ -92,9 +96,32 @@ pub(crate) struct Shared {
     fleets: fleets::Fleets,
     /// Store calls left to this instance's streams this second.
     budget: budget::SharedBudget,
+    /// Buckets held by all streams (`max_total_buckets` at most).
+    held: AtomicUsize,
     /// A random base for member ids, so two instances never share one.
     instance: u64,
     next: AtomicU64,
+}
+
+/// One bucket's place under `--quota-max-total-buckets`.
+pub(crate) struct Place(Arc<Shared>);
+
+impl Place {
+    /// A place, if the instance holds fewer buckets than its cap.
+    pub(crate) fn take(shared: &Arc<Shared>) -> Option<Place> {
+        let cap = shared.opts.max_total_buckets;
+        shared
+            .held
+            .fetch_update(Relaxed, Relaxed, |n| (n < cap).then_some(n + 1))
+            .ok()
+            .map(|_| Place(shared.clone()))
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.0.held.fetch_sub(1, Relaxed);
+    }
 }
 
 impl Shared {
@@ -140,6 +167,7 @@ impl QuotaService {
                 global_shadow,
                 fleets: fleets::Fleets::default(),
                 budget: budget::SharedBudget::new(opts.store_rate),
+                held: AtomicUsize::new(0),
                 instance,
                 next: AtomicU64::new(1),
             }),

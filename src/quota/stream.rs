@@ -22,12 +22,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::{Status, Streaming};
 
-use super::Shared;
 use super::action::assignment;
 use super::budget::CallBudget;
 use super::share::Assignment;
 use super::target::{Target, resolve};
 use super::usage::Usage;
+use super::{Place, Shared};
 
 mod assign;
 use crate::metrics::Skip;
@@ -45,6 +45,8 @@ struct Bucket {
     held: Option<Assignment>,
     /// When this stream last wrote its demand to the bucket's table.
     written: Option<Instant>,
+    /// Its place under the instance's bucket cap, given back when dropped.
+    _place: Place,
 }
 
 pub(super) struct QuotaStream {
@@ -158,6 +160,7 @@ impl QuotaStream {
             if self.buckets.len() >= self.shared.opts.max_buckets {
                 return Err(Skip::TooManyBuckets);
             }
+            let place = Place::take(&self.shared).ok_or(Skip::TooManyBuckets)?;
             let target = resolve(&self.shared, domain, &key);
             target.subscribe(true);
             self.buckets.insert(
@@ -170,6 +173,7 @@ impl QuotaStream {
                     last_busy: now,
                     held: None,
                     written: None,
+                    _place: place,
                 },
             );
         }
