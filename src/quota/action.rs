@@ -14,6 +14,13 @@ use envoy_types::pb::google::protobuf::{Duration as PbDuration, UInt32Value};
 use super::share::Assignment;
 
 /// `a` for bucket `id`, holding for `ttl` (whole seconds, at least one).
+/// The bucket id Envoy knows a bucket by, from its sorted entries.
+pub(super) fn bucket_id(key: &[(String, String)]) -> BucketId {
+    BucketId {
+        bucket: key.iter().cloned().collect(),
+    }
+}
+
 pub(super) fn assignment(id: BucketId, a: &Assignment, ttl: Duration) -> BucketAction {
     let strategy = match a {
         Assignment::AllowAll => Strategy::BlanketRule(BlanketRule::AllowAll as i32),

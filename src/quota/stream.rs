@@ -14,7 +14,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_resp
 };
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
-    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+    RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
 use futures_util::future::join_all;
 use tokio::sync::mpsc;
@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::{Status, Streaming};
 
-use super::action::assignment;
+use super::action::{assignment, bucket_id};
 use super::budget::CallBudget;
 use super::share::Assignment;
 use super::target::{Target, resolve};
@@ -35,7 +35,6 @@ use crate::store::demand::{DemandUpdate, UNKNOWN};
 
 /// One bucket as this stream knows it.
 struct Bucket {
-    id: BucketId,
     target: Target,
     /// Requests per second offered in the last measured report, or UNKNOWN.
     demand: f64,
@@ -154,7 +153,7 @@ impl QuotaStream {
             elapsed,
             rate,
         } = Usage::check(usage)?;
-        let mut key: Vec<(String, String)> = id.bucket.clone().into_iter().collect();
+        let mut key: Vec<(String, String)> = id.bucket.into_iter().collect();
         key.sort_unstable();
         if !self.buckets.contains_key(&key) {
             if self.buckets.len() >= self.shared.opts.max_buckets {
@@ -166,7 +165,6 @@ impl QuotaStream {
             self.buckets.insert(
                 key.clone(),
                 Bucket {
-                    id,
                     target,
                     demand: UNKNOWN,
                     last_report: now,
@@ -224,7 +222,7 @@ impl QuotaStream {
                 self.forget(&b, call).await;
                 if idle.contains(key) {
                     actions.push(BucketAction {
-                        bucket_id: Some(b.id),
+                        bucket_id: Some(bucket_id(key)),
                         bucket_action: Some(Action::AbandonAction(AbandonAction {})),
                     });
                 }
@@ -244,8 +242,8 @@ impl QuotaStream {
         let ttl = self.shared.opts.assignment_ttl;
         let actions = self
             .buckets
-            .values()
-            .filter_map(|b| b.held.map(|h| assignment(b.id.clone(), &h, ttl)))
+            .iter()
+            .filter_map(|(k, b)| b.held.map(|h| assignment(bucket_id(k), &h, ttl)))
             .collect();
         self.send(actions).await;
     }

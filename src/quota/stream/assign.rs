@@ -6,7 +6,7 @@ use futures_util::future::join_all;
 use tokio::time::Instant;
 
 use super::QuotaStream;
-use crate::quota::action::assignment;
+use crate::quota::action::{assignment, bucket_id};
 use crate::quota::share::{self, Assignment};
 use crate::store::demand::{DemandUpdate, Fleet};
 
@@ -127,7 +127,7 @@ impl QuotaStream {
                     // Envoy keeps what it holds: renewed when it reports, left
                     // alone by the timer. A new bucket waits for the timer.
                     if let (false, Some(held)) = (only_changed, b.held) {
-                        actions.push(assignment(b.id.clone(), &held, ttl));
+                        actions.push(assignment(bucket_id(key), &held, ttl));
                     }
                     continue;
                 }
@@ -150,7 +150,7 @@ impl QuotaStream {
             };
             b.target.assigned(b.held.as_ref(), &give);
             b.held = Some(give);
-            actions.push(assignment(b.id.clone(), &give, ttl));
+            actions.push(assignment(bucket_id(key), &give, ttl));
         }
         actions
     }
