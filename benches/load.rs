@@ -24,7 +24,7 @@ use common::redis::RedisServer;
 use common::{Sluice, eventually};
 use shared::{PATH, RULES, grpc_body};
 
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
 const SECONDS: u64 = 4;
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
