@@ -29,7 +29,7 @@ use sluice::telemetry::Telemetry;
 use sluice::tls::{Tls, TlsFiles};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn};
 
 // mimalloc: a request makes a few dozen small allocations in h2, hyper and
 // tonic; see the README's Performance section for what it gained.
@@ -111,7 +111,7 @@ struct QuotaArgs {
     quota_max_buckets: usize,
     /// Buckets all quota streams of this instance may hold together (each
     /// costs about 1 KiB and a little of every rebalance); more are skipped
-    /// and counted.
+    /// and counted. Keep it at most --quota-store-rate x a third of the TTL.
     #[arg(long, env = "SLUICE_QUOTA_MAX_TOTAL_BUCKETS", default_value_t = QuotaOptions::default().max_total_buckets)]
     quota_max_total_buckets: usize,
     /// How long an assignment holds unless renewed (whole seconds, at least 1).
@@ -834,6 +834,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let limiter = RateLimiter::new(rules.clone(), store, metrics.clone(), settings);
         for (domain, count) in rules.current().rules.summary() {
             info!(domain, rules = count, "domain loaded");
+        }
+        for line in args.quota.options().store_rate_shortfalls() {
+            warn!("quota mode: {line}; entries may expire while Envoys hold shares");
         }
         let opts = ServeOptions {
             grace: args.shutdown_grace,

@@ -74,13 +74,40 @@ impl Default for QuotaOptions {
         QuotaOptions {
             max_streams: 1024,
             max_buckets: 1000,
-            max_total_buckets: 100_000,
+            max_total_buckets: 10_000,
             assignment_ttl: Duration::from_secs(15),
             rebalance: Duration::from_secs(1),
             abandon_after: Duration::from_secs(300),
             stream_store_rate: 200,
             store_rate: 2000,
         }
+    }
+}
+
+impl QuotaOptions {
+    /// Settings under which a stream's demand entries could not all be
+    /// rewritten within a third of the assignment TTL (so an entry could
+    /// expire while its Envoy still holds a share, and the others be
+    /// assigned as if it had gone): one line each, empty when consistent.
+    pub fn store_rate_shortfalls(&self) -> Vec<String> {
+        let third = self.assignment_ttl.as_secs_f64() / 3.0;
+        let round = |buckets: usize, rate: u32| buckets as f64 / f64::from(rate.max(1));
+        let mut out = Vec::new();
+        let per_stream = round(self.max_buckets, self.stream_store_rate);
+        if per_stream > third {
+            out.push(format!(
+                "--quota-max-buckets {} at --quota-stream-store-rate {} takes {per_stream:.0} s to rewrite, more than a third of --quota-assignment-ttl ({third:.0} s)",
+                self.max_buckets, self.stream_store_rate
+            ));
+        }
+        let per_instance = round(self.max_total_buckets, self.store_rate);
+        if per_instance > third {
+            out.push(format!(
+                "--quota-max-total-buckets {} at --quota-store-rate {} takes {per_instance:.0} s to rewrite, more than a third of --quota-assignment-ttl ({third:.0} s)",
+                self.max_total_buckets, self.store_rate
+            ));
+        }
+        out
     }
 }
 
@@ -206,5 +233,22 @@ impl RateLimitQuotaService for QuotaService {
             drop(permit);
         });
         Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_rewrite_every_entry_within_a_third_of_the_ttl() {
+        assert!(QuotaOptions::default().store_rate_shortfalls().is_empty());
+        let crowded = QuotaOptions {
+            max_total_buckets: 100_000,
+            ..QuotaOptions::default()
+        };
+        let lines = crowded.store_rate_shortfalls();
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0].contains("takes 50 s"), "{lines:?}");
     }
 }
