@@ -43,10 +43,27 @@ impl CallBudget {
         granted
     }
 
+    /// Sets the rate (a stream's fair share moves as streams come and go);
+    /// tokens saved above the new rate are dropped.
+    fn limit_to(&mut self, rate: u32, now: Instant) {
+        self.refill(now);
+        self.rate = f64::from(rate);
+        self.tokens = self.tokens.min(self.rate);
+    }
+
     /// Gives back calls granted but not made.
     pub(super) fn give_back(&mut self, calls: usize) {
         self.tokens = (self.tokens + calls as f64).min(self.rate);
     }
+}
+
+/// A stream's rate: its own cap, or its even share of the instance's rate
+/// among the streams open, whichever is lower (at least one call a second),
+/// so many streams cannot take the instance's budget first and leave the
+/// others none.
+pub(super) fn fair_rate(stream_rate: u32, instance_rate: u32, streams: usize) -> u32 {
+    let streams = u32::try_from(streams.max(1)).unwrap_or(u32::MAX);
+    stream_rate.min(instance_rate / streams).max(1)
 }
 
 /// The instance's budget, shared by its streams (never touched by a
@@ -59,10 +76,11 @@ impl SharedBudget {
         SharedBudget(Mutex::new(CallBudget::new(rate, Instant::now())))
     }
 
-    /// Calls a stream may make now: what both its own budget and the
-    /// instance's grant.
-    pub(super) fn grant(&self, own: &mut CallBudget, wanted: usize) -> usize {
+    /// Calls a stream may make now at `rate`: what both its own budget and
+    /// the instance's grant.
+    pub(super) fn grant(&self, own: &mut CallBudget, wanted: usize, rate: u32) -> usize {
         let now = Instant::now();
+        own.limit_to(rate, now);
         let mine = own.take(wanted, now);
         let granted = self.0.lock().take(mine, now);
         own.give_back(mine - granted);
@@ -96,11 +114,28 @@ mod tests {
         let shared = SharedBudget::new(150);
         let now = Instant::now();
         let (mut a, mut b) = (CallBudget::new(100, now), CallBudget::new(100, now));
-        assert_eq!(shared.grant(&mut a, 1000), 100);
-        assert_eq!(shared.grant(&mut b, 1000), 50, "the instance has 50 left");
+        assert_eq!(shared.grant(&mut a, 1000, 100), 100);
+        assert_eq!(
+            shared.grant(&mut b, 1000, 100),
+            50,
+            "the instance has 50 left"
+        );
         // b was refused 50 by the instance, not by its own budget.
         tokio::time::advance(Duration::from_secs(1)).await;
-        assert_eq!(shared.grant(&mut b, 1000), 100);
+        assert_eq!(shared.grant(&mut b, 1000, 100), 100);
+        // Its fair share lowered to 30: what it saved above that is gone.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(shared.grant(&mut b, 1000, 30), 30);
         assert_eq!(CallBudget::new(0, now).take(5, now), 0);
+    }
+
+    #[test]
+    fn a_stream_gets_its_cap_or_its_even_share_of_the_instance() {
+        assert_eq!(fair_rate(200, 2000, 1), 200);
+        assert_eq!(fair_rate(200, 2000, 10), 200);
+        assert_eq!(fair_rate(200, 2000, 40), 50);
+        // A thousand streams: each may still make one call a second.
+        assert_eq!(fair_rate(200, 80, 1000), 1);
+        assert_eq!(fair_rate(200, 2000, 0), 200);
     }
 }

@@ -7,6 +7,7 @@ use tokio::time::Instant;
 
 use super::QuotaStream;
 use crate::quota::action::{assignment, bucket_id};
+use crate::quota::budget::fair_rate;
 use crate::quota::share::{self, Assignment};
 use crate::store::demand::{DemandUpdate, Fleet};
 
@@ -61,7 +62,10 @@ impl QuotaStream {
     /// Store calls the budgets allow now, out of `wanted`; the rest are
     /// counted as deferred.
     pub(super) fn afford(&mut self, wanted: usize) -> usize {
-        let granted = self.shared.budget.grant(&mut self.budget, wanted);
+        let open = usize::try_from(self.shared.metrics.quota_streams()).unwrap_or(1);
+        let opts = &self.shared.opts;
+        let rate = fair_rate(opts.stream_store_rate, opts.store_rate, open);
+        let granted = self.shared.budget.grant(&mut self.budget, wanted, rate);
         if granted < wanted {
             self.shared
                 .metrics
