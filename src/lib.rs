@@ -45,4 +45,5 @@ pub mod service;
 pub mod statsd;
 pub mod store;
 pub mod telemetry;
+mod text;
 pub mod tls;

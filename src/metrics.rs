@@ -412,7 +412,9 @@ mod render;
 mod top;
 
 pub use quota::Skip;
-pub use top::{MAX_TEXT as TOP_KEY_BYTES, TopKey, TopKeys};
+pub use top::{
+    MAX_TEXT as TOP_KEY_BYTES, TopKey, TopKeys, WINDOW_SECONDS as TOP_KEYS_WINDOW_SECONDS,
+};
 
 impl Default for Metrics {
     fn default() -> Self {

@@ -19,7 +19,6 @@ use crate::privacy::Privacy;
 use crate::request::{Limits, Request, RequestError};
 use crate::store::{Increment, Store, StoreError, expect_counts};
 use crate::telemetry;
-use tracing::Instrument as _;
 
 mod headers;
 mod metadata;
@@ -156,12 +155,8 @@ impl RateLimiter {
         } else {
             // One count per increment, or an error: a missing count must
             // never read as zero and admit.
-            let call = self.store.increment(&increments);
-            let counted = if telemetry::enabled() {
-                call.instrument(telemetry::store_span()).await?
-            } else {
-                call.await?
-            };
+            let span = telemetry::enabled().then(telemetry::store_span);
+            let counted = telemetry::within(span, self.store.increment(&increments)).await?;
             expect_counts(counted, increments.len())?
         };
 
@@ -311,15 +306,8 @@ impl RateLimitService for RateLimiter {
         &self,
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, Status> {
-        // With tracing off, no span and no `Instrumented` wrapper, whose
-        // enter and exit on every poll and drop cost more than the decision's
-        // matching.
-        let answer = if telemetry::enabled() {
-            let span = telemetry::decision_span(request.metadata());
-            self.handle(request.into_inner()).instrument(span).await?
-        } else {
-            self.handle(request.into_inner()).await?
-        };
+        let span = telemetry::enabled().then(|| telemetry::decision_span(request.metadata()));
+        let answer = telemetry::within(span, self.handle(request.into_inner())).await?;
         Ok(tonic::Response::new(answer))
     }
 }

@@ -77,6 +77,16 @@ pub fn enabled() -> bool {
     ON.load(Relaxed)
 }
 
+/// Runs `fut` inside `span` when there is one. With tracing off callers pass
+/// none, and no `Instrumented` wrapper runs: its enter and exit on every poll
+/// and drop cost more than a decision's matching.
+pub async fn within<F: std::future::Future>(span: Option<tracing::Span>, fut: F) -> F::Output {
+    match span {
+        Some(span) => tracing::Instrument::instrument(fut, span).await,
+        None => fut.await,
+    }
+}
+
 struct Metadata<'a>(&'a tonic::metadata::MetadataMap);
 
 impl Extractor for Metadata<'_> {

@@ -53,12 +53,7 @@ fn join(errors: &[ConfigError]) -> String {
         .take(SHOWN_ERRORS)
         .map(|e| {
             let mut text = e.to_string();
-            if text.len() > MESSAGE_BYTES {
-                let mut cut = MESSAGE_BYTES;
-                while !text.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                text.truncate(cut);
+            if crate::text::cut(&mut text, MESSAGE_BYTES) {
                 text.push_str("...");
             }
             text

@@ -60,15 +60,19 @@ impl Rules {
         self.domains.get(name)
     }
 
+    /// Domains, sorted by name.
+    pub fn domains(&self) -> Vec<(&str, &Domain)> {
+        let mut out: Vec<_> = self.domains.iter().map(|(name, d)| (&**name, d)).collect();
+        out.sort_unstable_by_key(|(name, _)| *name);
+        out
+    }
+
     /// Domains with their rule counts, sorted by name.
     pub fn summary(&self) -> Vec<(String, usize)> {
-        let mut out: Vec<_> = self
-            .domains
-            .iter()
-            .map(|(name, d)| (name.to_string(), d.rules().len()))
-            .collect();
-        out.sort();
-        out
+        self.domains()
+            .into_iter()
+            .map(|(name, d)| (name.to_owned(), d.rules().len()))
+            .collect()
     }
 
     /// Every domain's quota-mode ambiguities ([`Domain::quota_ambiguities`]),

@@ -11,7 +11,7 @@
 mod history;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -20,6 +20,8 @@ use tokio_util::sync::CancellationToken;
 use history::{Journal, Rates};
 
 use crate::config::LimitDef;
+use crate::limiter::Now;
+use crate::metrics::TOP_KEYS_WINDOW_SECONDS;
 use crate::service::RateLimiter;
 
 /// The page and its assets, compiled into the binary.
@@ -61,12 +63,6 @@ impl Default for Console {
     }
 }
 
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 impl Console {
     /// One sample of rates, store health and config.
     pub fn sample(&self, limiter: &RateLimiter, now: u64) {
@@ -74,11 +70,10 @@ impl Console {
         let status = limiter.rules().status();
         let health = limiter.store().health();
         let mut st = self.state.lock();
-        let domains = loaded.rules.summary();
+        let domains = loaded.rules.domains();
         let rules = domains
             .iter()
-            .filter_map(|(name, _)| loaded.rules.domain(name))
-            .flat_map(|d| d.rules().iter())
+            .flat_map(|(_, d)| d.rules().iter())
             .map(|r| (&r.domain, &*r.label, &*r.stats));
         st.rates.sample(rules);
         let store = (health.in_use, health.healthy);
@@ -103,7 +98,7 @@ impl Console {
         if status.generation != st.generation {
             let counts: Vec<String> = domains
                 .iter()
-                .map(|(d, n)| format!("{d} {n} rules"))
+                .map(|(name, d)| format!("{name} {} rules", d.rules().len()))
                 .collect();
             st.loads.push(
                 now,
@@ -132,9 +127,8 @@ impl Console {
         let st = self.state.lock();
         let domains: Vec<Value> = loaded
             .rules
-            .summary()
-            .iter()
-            .filter_map(|(name, _)| loaded.rules.domain(name).map(|d| (name, d)))
+            .domains()
+            .into_iter()
             .map(|(name, d)| {
                 let rules: Vec<Value> = d
                     .rules()
@@ -195,7 +189,7 @@ impl Console {
                 "history": st.loads.events(),
             },
             "domains": domains,
-            "top_keys": {"window_seconds": 60, "keys": top},
+            "top_keys": {"window_seconds": TOP_KEYS_WINDOW_SECONDS, "keys": top},
             "quota": {"streams": limiter.metrics().quota_streams()},
         })
     }
@@ -218,7 +212,7 @@ pub async fn run(console: Arc<Console>, limiter: RateLimiter, token: Cancellatio
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
-            _ = tick.tick() => console.sample(&limiter, unix_now()),
+            _ = tick.tick() => console.sample(&limiter, Now::wall().0),
             () = token.cancelled() => return,
         }
     }
@@ -226,5 +220,5 @@ pub async fn run(console: Arc<Console>, limiter: RateLimiter, token: Cancellatio
 
 /// The console's document as of now.
 pub fn document(console: &Console, limiter: &RateLimiter, status: &str) -> Value {
-    console.snapshot(limiter, status, unix_now())
+    console.snapshot(limiter, status, Now::wall().0)
 }

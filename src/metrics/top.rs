@@ -26,6 +26,8 @@ use crate::store::CounterKey;
 
 /// Seconds a generation of the sketch counts before it becomes the previous one.
 pub const ROTATE_SECONDS: u64 = 30;
+/// Seconds the top looks back at most: two generations.
+pub const WINDOW_SECONDS: u64 = 2 * ROTATE_SECONDS;
 /// Bytes of one key as shown; longer ones are cut.
 pub const MAX_TEXT: usize = 256;
 
@@ -129,7 +131,7 @@ impl TopKeys {
             return;
         };
         if now >= g.started + ROTATE_SECONDS {
-            let stale = now >= g.started + 2 * ROTATE_SECONDS;
+            let stale = now >= g.started + WINDOW_SECONDS;
             g.previous = if stale {
                 Sketch::default()
             } else {
@@ -148,7 +150,7 @@ impl TopKeys {
     pub fn top(&self, n: usize, now: u64) -> Vec<TopKey> {
         let g = self.inner.lock();
         let mut merged: HashMap<u64, (u64, &str)> = HashMap::new();
-        let fresh = now < g.started + 2 * ROTATE_SECONDS;
+        let fresh = now < g.started + WINDOW_SECONDS;
         let previous_fresh = now < g.started + ROTATE_SECONDS;
         let sketches = [(&g.current, fresh), (&g.previous, previous_fresh)];
         for (sketch, live) in sketches {
@@ -209,7 +211,7 @@ impl TopKeys {
                 _ => s.push_str(v),
             }
         }
-        cut(&mut s, MAX_TEXT);
+        crate::text::cut(&mut s, MAX_TEXT);
         s.into_boxed_str()
     }
 }
@@ -226,16 +228,6 @@ fn mask(v: &str) -> Option<String> {
             let [x, y, ..] = a.segments();
             Some(format!("{x:x}:{y:x}:…"))
         }
-    }
-}
-
-fn cut(s: &mut String, max: usize) {
-    if s.len() > max {
-        let mut end = max;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
     }
 }
 

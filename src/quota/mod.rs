@@ -125,6 +125,8 @@ pub(crate) struct Shared {
     budget: budget::SharedBudget,
     /// Buckets held by all streams (`max_total_buckets` at most).
     held: AtomicUsize,
+    /// A permit per open stream (`max_streams`).
+    streams: Arc<Semaphore>,
     /// A random base for member ids, so two instances never share one.
     instance: u64,
     next: AtomicU64,
@@ -152,6 +154,14 @@ impl Drop for Place {
 }
 
 impl Shared {
+    /// Streams open on this instance now.
+    pub(crate) fn open_streams(&self) -> usize {
+        self.opts
+            .max_streams
+            .max(1)
+            .saturating_sub(self.streams.available_permits())
+    }
+
     fn member(&self) -> u64 {
         self.instance.wrapping_add(
             self.next
@@ -165,7 +175,6 @@ impl Shared {
 #[derive(Clone)]
 pub struct QuotaService {
     shared: Arc<Shared>,
-    streams: Arc<Semaphore>,
     token: CancellationToken,
 }
 
@@ -185,7 +194,6 @@ impl QuotaService {
             RandomState::new().hash_one(std::process::id())
         };
         QuotaService {
-            streams: Arc::new(Semaphore::new(opts.max_streams.max(1))),
             shared: Arc::new(Shared {
                 rules,
                 store,
@@ -195,6 +203,7 @@ impl QuotaService {
                 fleets: fleets::Fleets::default(),
                 budget: budget::SharedBudget::new(opts.store_rate),
                 held: AtomicUsize::new(0),
+                streams: Arc::new(Semaphore::new(opts.max_streams.max(1))),
                 instance,
                 next: AtomicU64::new(1),
             }),
@@ -211,12 +220,17 @@ impl RateLimitQuotaService for QuotaService {
         &self,
         request: Request<Streaming<RateLimitQuotaUsageReports>>,
     ) -> Result<Response<Self::StreamRateLimitQuotasStream>, Status> {
-        let permit = self.streams.clone().try_acquire_owned().map_err(|_| {
-            Status::resource_exhausted(format!(
-                "{} quota streams open already (--quota-max-streams)",
-                self.shared.opts.max_streams
-            ))
-        })?;
+        let permit = self
+            .shared
+            .streams
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| {
+                Status::resource_exhausted(format!(
+                    "{} quota streams open already (--quota-max-streams)",
+                    self.shared.opts.max_streams
+                ))
+            })?;
         // The connection is busy for as long as the stream lives, so the
         // idle timeout never cuts an Envoy that reports on one stream.
         let busy = request

@@ -50,10 +50,12 @@ impl<'a> Coalesced<'a> {
             FastMap::with_capacity_and_hasher(n, Default::default());
         for op in ops {
             let [kind, hits, ttl, ..] = op.args;
-            let found = (kind != BUCKET)
-                .then(|| index.get(&(kind, op.keys.as_slice())).copied())
-                .flatten()
-                .and_then(|i| Some(i).zip(merged.get_mut(i)))
+            let same = match kind {
+                BUCKET => None,
+                _ => index.get(&(kind, op.keys.as_slice())).copied(),
+            };
+            let found = same
+                .and_then(|i| merged.get_mut(i).map(|m| (i, m)))
                 // A sum past i64 would be refused by INCRBY for every request
                 // in it; such hits are sent on their own instead.
                 .filter(|(_, m)| m.args[1].checked_add(hits).is_some_and(fits));

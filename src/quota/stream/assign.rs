@@ -62,9 +62,12 @@ impl QuotaStream {
     /// Store calls the budgets allow now, out of `wanted`; the rest are
     /// counted as deferred.
     pub(super) fn afford(&mut self, wanted: usize) -> usize {
-        let open = usize::try_from(self.shared.metrics.quota_streams()).unwrap_or(1);
         let opts = &self.shared.opts;
-        let rate = fair_rate(opts.stream_store_rate, opts.store_rate, open);
+        let rate = fair_rate(
+            opts.stream_store_rate,
+            opts.store_rate,
+            self.shared.open_streams(),
+        );
         let granted = self.shared.budget.grant(&mut self.budget, wanted, rate);
         if granted < wanted {
             self.shared
