@@ -76,6 +76,8 @@ impl Default for AdminLimits {
         AdminLimits {
             conn: ConnLimits {
                 max_connections: 64,
+                max_per_peer: 64,
+                handshake_timeout: Duration::from_secs(5),
                 idle_timeout: Duration::from_secs(30),
                 write_stall: Duration::from_secs(30),
             },

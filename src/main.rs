@@ -17,7 +17,7 @@ use sluice::metrics::{MetricLimits, Metrics};
 use sluice::privacy::Privacy;
 use sluice::quota::QuotaOptions;
 use sluice::request::Limits;
-use sluice::server::{self, GrpcLimits, GrpcListener, Listeners, ServeOptions};
+use sluice::server::{self, BodyLimits, GrpcLimits, GrpcListener, Listeners, ServeOptions};
 use sluice::service::{Knobs, RateLimiter, ResponseHeaders, Settings};
 use sluice::statsd::{Mogrifier, StatsdConfig};
 use sluice::store::memcache::{MemcacheConfig, MemcacheStore};
@@ -131,6 +131,21 @@ struct QuotaArgs {
     /// so quota mode never crowds out ShouldRateLimit's counters.
     #[arg(long, env = "SLUICE_QUOTA_STORE_RATE", default_value_t = QuotaOptions::default().store_rate)]
     quota_store_rate: u32,
+    /// Quota streams one peer (IPv4 address, IPv6 /64) may hold; more are
+    /// refused RESOURCE_EXHAUSTED.
+    #[arg(long, env = "SLUICE_QUOTA_MAX_STREAMS_PER_PEER", default_value_t = QuotaOptions::default().max_streams_per_peer)]
+    quota_max_streams_per_peer: usize,
+    /// Buckets one peer's quota streams may hold together; more are skipped
+    /// and counted.
+    #[arg(long, env = "SLUICE_QUOTA_MAX_BUCKETS_PER_PEER", default_value_t = QuotaOptions::default().max_buckets_per_peer)]
+    quota_max_buckets_per_peer: usize,
+    /// End a quota stream whose first report has not come within this.
+    #[arg(long, env = "SLUICE_QUOTA_FIRST_REPORT_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    quota_first_report_timeout: Duration,
+    /// End a quota stream that sends nothing for this long (Envoy reports
+    /// every 5 s).
+    #[arg(long, env = "SLUICE_QUOTA_STREAM_IDLE", default_value = "60s", value_parser = parse_duration)]
+    quota_stream_idle: Duration,
 }
 
 impl QuotaArgs {
@@ -146,6 +161,10 @@ impl QuotaArgs {
             abandon_after: self.quota_abandon_after,
             stream_store_rate: self.quota_stream_store_rate,
             store_rate: self.quota_store_rate,
+            max_streams_per_peer: self.quota_max_streams_per_peer,
+            max_buckets_per_peer: self.quota_max_buckets_per_peer,
+            first_report: self.quota_first_report_timeout,
+            stream_idle: self.quota_stream_idle,
         }
     }
 }
@@ -196,6 +215,10 @@ struct ServeArgs {
     /// GRPC_UDS), for an Envoy on the same host; a stale socket file is replaced.
     #[arg(long, env = "SLUICE_GRPC_UDS", conflicts_with = "grpc_tls_cert")]
     grpc_uds: Option<PathBuf>,
+    /// Permissions of the --grpc-uds socket (octal), whatever the umask: by
+    /// default its owner and group may connect, nobody else.
+    #[arg(long, env = "SLUICE_GRPC_UDS_MODE", default_value = "660", value_parser = parse_mode)]
+    grpc_uds_mode: u32,
     /// Address of the admin HTTP server.
     #[arg(long, env = "SLUICE_ADMIN_ADDR", default_value = "127.0.0.1:8080")]
     admin_addr: SocketAddr,
@@ -265,6 +288,12 @@ struct ServeArgs {
     /// Threads that serve requests (default: one per CPU core).
     #[arg(long, env = "SLUICE_WORKER_THREADS")]
     worker_threads: Option<usize>,
+    /// Decisions that may wait for the store at once; past it a request is
+    /// shed at once (its rule's own on_store_failure deny or allow decides,
+    /// else UNAVAILABLE, which Envoy's failure mode decides), except from a
+    /// connection under its even share.
+    #[arg(long, env = "SLUICE_MAX_PENDING", default_value_t = Settings::default().max_pending)]
+    max_pending: usize,
     #[command(flatten)]
     store: StoreArgs,
     /// Export OpenTelemetry traces to this OTLP/gRPC endpoint (e.g.
@@ -330,9 +359,18 @@ struct LimitArgs {
 /// What clients may hold on the two listeners.
 #[derive(Args, Clone)]
 struct ConnArgs {
-    /// Open gRPC connections; accepting pauses at the cap.
+    /// Open gRPC connections; at the cap a newcomer is seated by closing the
+    /// least useful connection (of the peer holding the most).
     #[arg(long, env = "SLUICE_GRPC_MAX_CONNECTIONS", default_value_t = GrpcLimits::default().conn.max_connections)]
     grpc_max_connections: usize,
+    /// gRPC connections one peer (IPv4 address, IPv6 /64) may hold; past it,
+    /// its own least useful connection is closed.
+    #[arg(long, env = "SLUICE_GRPC_MAX_CONNECTIONS_PER_PEER", default_value_t = GrpcLimits::default().conn.max_per_peer)]
+    grpc_max_connections_per_peer: usize,
+    /// Close a connection that has not sent its HTTP/2 preface (admin: any
+    /// byte; TLS: finished its handshake) within this.
+    #[arg(long, env = "SLUICE_HANDSHAKE_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    handshake_timeout: Duration,
     /// Concurrent HTTP/2 streams per gRPC connection.
     #[arg(long, env = "SLUICE_GRPC_MAX_STREAMS", default_value_t = GrpcLimits::default().max_streams)]
     grpc_max_streams: u32,
@@ -349,15 +387,31 @@ struct ConnArgs {
     /// Close a gRPC connection whose PING is not answered within this.
     #[arg(long, env = "SLUICE_GRPC_KEEPALIVE_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
     grpc_keepalive_timeout: Duration,
-    /// Open admin connections; accepting pauses at the cap.
+    /// Open admin connections; at the cap a newcomer is seated by closing
+    /// the least useful connection.
     #[arg(long, env = "SLUICE_ADMIN_MAX_CONNECTIONS", default_value_t = AdminLimits::default().conn.max_connections)]
     admin_max_connections: usize,
+    /// Admin connections one peer may hold.
+    #[arg(long, env = "SLUICE_ADMIN_MAX_CONNECTIONS_PER_PEER", default_value_t = AdminLimits::default().conn.max_per_peer)]
+    admin_max_connections_per_peer: usize,
     /// Close an admin connection that sends nothing for this long.
     #[arg(long, env = "SLUICE_ADMIN_IDLE_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     admin_idle_timeout: Duration,
     /// Longest time for an admin request's headers to arrive.
     #[arg(long, env = "SLUICE_ADMIN_HEADER_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
     admin_header_timeout: Duration,
+    /// A ShouldRateLimit body not whole within this is refused (Envoy sends
+    /// it at once).
+    #[arg(long, env = "SLUICE_BODY_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    body_timeout: Duration,
+    /// Request body bytes received and not yet decoded on one connection;
+    /// past it, requests are refused RESOURCE_EXHAUSTED.
+    #[arg(long, env = "SLUICE_MAX_CONNECTION_BODY_BYTES", default_value_t = BodyLimits::default().per_connection)]
+    max_connection_body_bytes: usize,
+    /// The same over the process; past it, connections holding more than an
+    /// even share are refused.
+    #[arg(long, env = "SLUICE_MAX_BODY_BYTES", default_value_t = BodyLimits::default().per_process)]
+    max_body_bytes: usize,
     /// Host names accepted in the admin port's Host header besides IP
     /// addresses and localhost (comma list), e.g. a Kubernetes service name.
     #[arg(long, env = "SLUICE_ADMIN_ALLOWED_HOSTS", value_delimiter = ',')]
@@ -369,6 +423,8 @@ impl ConnArgs {
         GrpcLimits {
             conn: ConnLimits {
                 max_connections: self.grpc_max_connections,
+                max_per_peer: self.grpc_max_connections_per_peer,
+                handshake_timeout: self.handshake_timeout,
                 idle_timeout: self.grpc_idle_timeout,
                 // A peer that takes none of our bytes is as dead as one that
                 // does not answer a PING.
@@ -378,6 +434,11 @@ impl ConnArgs {
             max_reset_streams: self.grpc_max_reset_streams,
             keepalive_interval: self.grpc_keepalive_interval,
             keepalive_timeout: self.grpc_keepalive_timeout,
+            body: BodyLimits {
+                timeout: self.body_timeout,
+                per_connection: self.max_connection_body_bytes,
+                per_process: self.max_body_bytes,
+            },
         }
     }
 
@@ -385,6 +446,8 @@ impl ConnArgs {
         AdminLimits {
             conn: ConnLimits {
                 max_connections: self.admin_max_connections,
+                max_per_peer: self.admin_max_connections_per_peer,
+                handshake_timeout: self.handshake_timeout,
                 idle_timeout: self.admin_idle_timeout,
                 write_stall: self.admin_idle_timeout,
             },
@@ -696,9 +759,36 @@ async fn bind_grpc(args: &ServeArgs) -> anyhow::Result<GrpcListener> {
         std::fs::remove_file(path)
             .with_context(|| format!("removing the stale socket {}", path.display()))?;
     }
-    let unix = tokio::net::UnixListener::bind(path)
+    // Bound under a private name, given its mode, then moved into place: no
+    // client ever finds the socket with the umask's permissions.
+    let staging = path.with_file_name(format!(
+        ".{}.{}",
+        path.file_name()
+            .map_or("sluice.sock".into(), |n| n.to_string_lossy()),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&staging);
+    let unix = tokio::net::UnixListener::bind(&staging)
         .with_context(|| format!("binding --grpc-uds {}", path.display()))?;
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(
+            &staging,
+            std::fs::Permissions::from_mode(args.grpc_uds_mode),
+        )
+        .with_context(|| format!("--grpc-uds-mode on {}", staging.display()))?;
+    }
+    std::fs::rename(&staging, path)
+        .with_context(|| format!("moving the socket to {}", path.display()))?;
     Ok(GrpcListener::Unix(unix, path.clone()))
+}
+
+/// An octal file mode such as `660` or `0600`.
+fn parse_mode(s: &str) -> Result<u32, String> {
+    u32::from_str_radix(s.trim_start_matches("0o"), 8)
+        .ok()
+        .filter(|m| *m <= 0o777)
+        .ok_or_else(|| format!("'{s}' is not an octal mode such as 660"))
 }
 
 fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
@@ -829,6 +919,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 near_ratio: args.near_limit_ratio,
                 stop_when_over: args.stop_increment_when_over_limit,
             },
+            max_pending: args.max_pending,
         };
         let store = args.store.build(&metrics)?;
         let limiter = RateLimiter::new(rules.clone(), store, metrics.clone(), settings);

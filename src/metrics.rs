@@ -162,6 +162,8 @@ pub struct Metrics {
     quota_streams: AtomicI64,
     quota_skipped: [AtomicU64; Skip::ALL.len()],
     quota_deferred: AtomicU64,
+    /// Bounds against hostile volume reached, by bound.
+    bounds: BoundCounters,
 }
 
 #[derive(Debug, Default)]
@@ -226,6 +228,7 @@ impl Metrics {
             quota_streams: AtomicI64::default(),
             quota_skipped: Default::default(),
             quota_deferred: AtomicU64::default(),
+            bounds: BoundCounters::default(),
         }
     }
 
@@ -373,6 +376,14 @@ impl Metrics {
         }
     }
 
+    /// Connections open now on `listener`.
+    pub fn open_connections(&self, listener: Listener) -> u64 {
+        match listener {
+            Listener::Grpc => self.conn.grpc_open.load(Relaxed),
+            Listener::Admin => self.conn.admin_open.load(Relaxed),
+        }
+    }
+
     /// A connection closed for being idle too long.
     pub fn idle_closed(&self) {
         self.conn.idle_closed.fetch_add(1, Relaxed);
@@ -407,10 +418,14 @@ impl Metrics {
     }
 }
 
+mod address;
+mod bounds;
 mod quota;
 mod render;
 mod top;
 
+pub use bounds::Bound;
+use bounds::BoundCounters;
 pub use quota::Skip;
 pub use top::{
     MAX_TEXT as TOP_KEY_BYTES, TopKey, TopKeys, WINDOW_SECONDS as TOP_KEYS_WINDOW_SECONDS,

@@ -17,10 +17,12 @@ use tracing::{info, warn};
 use crate::admin::{self, AdminLimits, AdminState};
 use crate::config::watch;
 use crate::config::xds::{self, XdsConfig};
-use crate::conn::{self, Activity, ConnLimits, Guarded, IdleBy, InFlight};
+use crate::conn::{
+    self, Activity, BodyBudget, ConnLimits, Guarded, IdleBy, InFlight, Metered, Watch,
+};
 use crate::console::{self, Console};
 use crate::limiter::Now;
-use crate::metrics::{Listener, Metrics, Outcome};
+use crate::metrics::{Bound, Listener, Metrics, Outcome};
 use crate::quota::{self, QuotaOptions, QuotaService};
 use crate::service::RateLimiter;
 use crate::statsd::{self, StatsdConfig};
@@ -116,6 +118,30 @@ pub struct GrpcLimits {
     /// connection is dropped as dead.
     pub keepalive_interval: Duration,
     pub keepalive_timeout: Duration,
+    /// Bounds on request bodies.
+    pub body: BodyLimits,
+}
+
+/// Bounds on `ShouldRateLimit` request bodies still arriving.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimits {
+    /// A body not whole within this is refused (`--body-timeout`).
+    pub timeout: Duration,
+    /// Bytes received and not yet decoded, per connection.
+    pub per_connection: usize,
+    /// The same over the process; past it, connections above their even
+    /// share are refused.
+    pub per_process: usize,
+}
+
+impl Default for BodyLimits {
+    fn default() -> Self {
+        BodyLimits {
+            timeout: Duration::from_secs(5),
+            per_connection: 4 << 20,
+            per_process: 256 << 20,
+        }
+    }
 }
 
 impl Default for GrpcLimits {
@@ -123,6 +149,8 @@ impl Default for GrpcLimits {
         GrpcLimits {
             conn: ConnLimits {
                 max_connections: 4096,
+                max_per_peer: 512,
+                handshake_timeout: Duration::from_secs(5),
                 idle_timeout: Duration::from_secs(300),
                 write_stall: Duration::from_secs(20),
             },
@@ -130,6 +158,7 @@ impl Default for GrpcLimits {
             max_reset_streams: 1024,
             keepalive_interval: Duration::from_secs(60),
             keepalive_timeout: Duration::from_secs(20),
+            body: BodyLimits::default(),
         }
     }
 }
@@ -216,6 +245,7 @@ pub async fn run(
         token.clone(),
     );
     let g = opts.grpc;
+    let (quota_first, quota_idle) = (opts.quota.first_report, opts.quota.stream_idle);
     let router = tonic::transport::Server::builder()
         .max_concurrent_streams(g.max_streams)
         .http2_keepalive_interval(Some(g.keepalive_interval))
@@ -230,11 +260,22 @@ pub async fn run(
             inner: RateLimitServiceServer::new(limiter.clone())
                 .max_decoding_message_size(opts.max_request_bytes),
             metrics: limiter.metrics().clone(),
+            watch: Watch::Unary(BodyBudget::new(
+                g.body.per_connection,
+                g.body.per_process,
+                g.body.timeout,
+                limiter.metrics().clone(),
+            )),
         })
         .add_service(Guard {
             inner: RateLimitQuotaServiceServer::new(quota)
                 .max_decoding_message_size(opts.max_request_bytes),
             metrics: limiter.metrics().clone(),
+            watch: Watch::Stream {
+                first: quota_first,
+                idle: quota_idle,
+                metrics: limiter.metrics().clone(),
+            },
         });
     let stop = token.clone().cancelled_owned();
     let metrics = limiter.metrics().clone();
@@ -385,6 +426,8 @@ pub fn signal() -> impl Future<Output = ()> + Send + 'static {
 struct Guard<S> {
     inner: S,
     metrics: Arc<Metrics>,
+    /// How each request's body is watched.
+    watch: Watch,
 }
 
 impl<S: tonic::server::NamedService> tonic::server::NamedService for Guard<S> {
@@ -394,7 +437,7 @@ impl<S: tonic::server::NamedService> tonic::server::NamedService for Guard<S> {
 impl<S, B, R> tonic::codegen::Service<tonic::codegen::http::Request<B>> for Guard<S>
 where
     S: tonic::codegen::Service<
-            tonic::codegen::http::Request<B>,
+            tonic::codegen::http::Request<Metered<B>>,
             Response = tonic::codegen::http::Response<R>,
         >,
     // tonic's generated services answer with a boxed future already, so
@@ -413,12 +456,22 @@ where
     }
 
     fn call(&mut self, req: tonic::codegen::http::Request<B>) -> Self::Future {
-        let busy = req.extensions().get::<Arc<Activity>>().map(Activity::start);
+        // Every connection is guarded; a request without one (none today)
+        // is watched as if alone on its connection.
+        let conn = req
+            .extensions()
+            .get::<Arc<Activity>>()
+            .cloned()
+            .unwrap_or_else(|| Arc::new(Activity::new()));
+        let busy = Some(conn.start());
+        let watch = self.watch.clone();
+        let req = req.map(|body| Metered::new(body, watch, conn));
         Rewrite {
             inner: self.inner.call(req),
             metrics: self.metrics.clone(),
             started: std::time::Instant::now(),
             _busy: busy,
+            answered: false,
         }
     }
 }
@@ -429,6 +482,19 @@ pub struct Rewrite<F> {
     metrics: Arc<Metrics>,
     started: std::time::Instant,
     _busy: Option<InFlight>,
+    answered: bool,
+}
+
+impl<F> Drop for Rewrite<F> {
+    /// A call dropped unanswered: its caller reset it or its `grpc-timeout`
+    /// passed (tonic drops it then).
+    fn drop(&mut self) {
+        if !self.answered && self.metrics.bound_hit(Bound::Abandoned, 1) {
+            tracing::info!(
+                "a call was abandoned by its caller (reset, or past its grpc-timeout) before sluice answered (logged once per 10 s; sluice_bound_hits_total{{bound=\"abandoned\"}} counts each)"
+            );
+        }
+    }
 }
 
 /// Whether tonic refused the request before the handler ran: a message over
@@ -454,19 +520,21 @@ where
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
         let this = &mut *self;
-        std::pin::Pin::new(&mut this.inner)
-            .poll(cx)
-            .map_ok(|mut resp| {
-                // Trailers-only answers carry the status in the headers.
-                if refused_by_tonic(resp.headers()) {
-                    resp.headers_mut().insert(
-                        "grpc-status",
-                        tonic::codegen::http::HeaderValue::from_static("3"),
-                    );
-                    this.metrics
-                        .request(Outcome::Invalid, this.started.elapsed());
-                }
-                resp
-            })
+        let polled = std::pin::Pin::new(&mut this.inner).poll(cx);
+        if polled.is_ready() {
+            this.answered = true;
+        }
+        polled.map_ok(|mut resp| {
+            // Trailers-only answers carry the status in the headers.
+            if refused_by_tonic(resp.headers()) {
+                resp.headers_mut().insert(
+                    "grpc-status",
+                    tonic::codegen::http::HeaderValue::from_static("3"),
+                );
+                this.metrics
+                    .request(Outcome::Invalid, this.started.elapsed());
+            }
+            resp
+        })
     }
 }

@@ -13,6 +13,7 @@ use envoy_types::pb::google::protobuf::Struct;
 use tonic::Status;
 
 use crate::config::LiveRules;
+use crate::conn::Activity;
 use crate::limiter::{self, Now, Tally};
 use crate::metrics::{Metrics, Outcome};
 use crate::privacy::Privacy;
@@ -20,6 +21,7 @@ use crate::request::{Limits, Request, RequestError};
 use crate::store::{Increment, Store, StoreError, expect_counts};
 use crate::telemetry;
 
+mod admission;
 mod headers;
 mod metadata;
 mod resolve;
@@ -30,7 +32,7 @@ pub use resolve::Knobs;
 use resolve::{Resolved, resolve};
 
 /// Service-wide switches.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Settings {
     /// Answer OK whatever the limits say (statuses still tell the truth).
     pub global_shadow: bool,
@@ -44,6 +46,30 @@ pub struct Settings {
     pub response_headers: ResponseHeaders,
     /// Global quota mode and the near-limit ratio.
     pub knobs: Knobs,
+    /// Decisions that may wait for the store at once (`--max-pending`).
+    pub max_pending: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            global_shadow: false,
+            dynamic_metadata: false,
+            privacy: Privacy::default(),
+            limits: Limits::default(),
+            response_headers: ResponseHeaders::default(),
+            knobs: Knobs::default(),
+            max_pending: 1024,
+        }
+    }
+}
+
+/// Who asks, as far as the store call cares: the caller's deadline and its
+/// connection (for its share of `--max-pending`).
+#[derive(Default)]
+pub(crate) struct Call {
+    deadline: Option<tokio::time::Instant>,
+    conn: Option<Arc<Activity>>,
 }
 
 /// Why a request got no decision.
@@ -73,6 +99,7 @@ pub struct RateLimiter {
     store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
     settings: Settings,
+    pending: Arc<admission::Pending>,
 }
 
 impl RateLimiter {
@@ -82,11 +109,13 @@ impl RateLimiter {
         metrics: Arc<Metrics>,
         settings: Settings,
     ) -> Self {
+        let pending = Arc::new(admission::Pending::new(settings.max_pending));
         RateLimiter {
             rules,
             store,
             metrics,
             settings,
+            pending,
         }
     }
 
@@ -109,11 +138,19 @@ impl RateLimiter {
 
     /// Converts, decides and records one protobuf request.
     pub async fn handle(&self, req: RateLimitRequest) -> Result<RateLimitResponse, ServiceError> {
+        self.handle_call(req, &Call::default()).await
+    }
+
+    async fn handle_call(
+        &self,
+        req: RateLimitRequest,
+        call: &Call,
+    ) -> Result<RateLimitResponse, ServiceError> {
         let started = Instant::now();
         let result = match Request::parse(req, &self.settings.limits) {
             Ok(mut req) => {
                 req.protect(&self.settings.privacy);
-                self.decide(req).await
+                self.decide_call(req, call).await
             }
             Err(e) => Err(e.into()),
         };
@@ -128,6 +165,14 @@ impl RateLimiter {
 
     /// Decides a validated request.
     pub async fn decide(&self, req: Request) -> Result<RateLimitResponse, ServiceError> {
+        self.decide_call(req, &Call::default()).await
+    }
+
+    async fn decide_call(
+        &self,
+        req: Request,
+        call: &Call,
+    ) -> Result<RateLimitResponse, ServiceError> {
         let now_ms = Now::wall_ms();
         let now = Now(now_ms / 1000);
         let loaded = self.rules.snapshot();
@@ -155,8 +200,7 @@ impl RateLimiter {
         } else {
             // One count per increment, or an error: a missing count must
             // never read as zero and admit.
-            let span = telemetry::enabled().then(telemetry::store_span);
-            let counted = telemetry::within(span, self.store.increment(&increments)).await?;
+            let counted = self.count(&increments, call).await?;
             expect_counts(counted, increments.len())?
         };
 
@@ -249,6 +293,29 @@ impl RateLimiter {
         Ok(response)
     }
 
+    /// The store's counts for `increments`, unless sluice is too busy to
+    /// ask in time: past `--max-pending` (and the connection's share) the
+    /// request is shed at once ([`crate::store::shed`]).
+    async fn count(&self, increments: &[Increment], call: &Call) -> Result<Vec<Tally>, StoreError> {
+        let open = self
+            .metrics
+            .open_connections(crate::metrics::Listener::Grpc);
+        let Some(_slot) = self.pending.enter(call.conn.as_deref(), open) else {
+            if self.metrics.bound_hit(crate::metrics::Bound::Shed, 1) {
+                tracing::warn!(
+                    max_pending = self.settings.max_pending,
+                    "--max-pending decisions are waiting for the store; shedding (by the rule's own on_store_failure, else UNAVAILABLE; logged once per 10 s)"
+                );
+            }
+            return crate::store::shed(
+                increments,
+                "--max-pending decisions already wait for the store",
+            );
+        };
+        let span = telemetry::enabled().then(telemetry::store_span);
+        telemetry::within(span, self.store.increment_until(increments, call.deadline)).await
+    }
+
     /// `--stop-increment-when-over-limit`, as the reference's
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: read every counter first
     /// (adding nothing); if some would go over with this request's hits, only
@@ -307,7 +374,11 @@ impl RateLimitService for RateLimiter {
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, Status> {
         let span = telemetry::enabled().then(|| telemetry::decision_span(request.metadata()));
-        let answer = telemetry::within(span, self.handle(request.into_inner())).await?;
+        let call = Call {
+            deadline: admission::deadline(request.metadata()),
+            conn: request.extensions().get::<Arc<Activity>>().cloned(),
+        };
+        let answer = telemetry::within(span, self.handle_call(request.into_inner(), &call)).await?;
         Ok(tonic::Response::new(answer))
     }
 }

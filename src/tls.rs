@@ -21,9 +21,6 @@ use tokio_rustls::server::TlsStream;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-/// Longest a client may take to finish its handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// Where the PEM files are.
 #[derive(Debug, Clone)]
 pub struct TlsFiles {
@@ -198,7 +195,12 @@ pub(crate) fn incoming(
             tokio::spawn(async move {
                 // The ticket is held through the handshake, so handshakes
                 // count against the connection cap too.
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                let evicted = ticket.close.clone();
+                let handshake = tokio::select! {
+                    r = tokio::time::timeout(limits.handshake_timeout, acceptor.accept(stream)) => r,
+                    () = evicted.cancelled() => return,
+                };
+                match handshake {
                     Ok(Ok(conn)) if !san_allowed(&conn, san.as_deref()) => {
                         debug!("gRPC TLS client certificate lacks --grpc-tls-client-san; refused");
                     }

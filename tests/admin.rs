@@ -299,9 +299,15 @@ fn a_unix_socket_replaces_only_a_stale_socket_and_is_removed_on_exit() {
     let sock = dir.path().join("sluice.sock");
     drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
     let sock_arg = sock.display().to_string();
-    let mut s = Sluice::start_in(rules.path(), &["--grpc-uds", &sock_arg]);
+    // Under a permissive umask the socket still gets --grpc-uds-mode (660).
+    let mut s = Sluice::start_at_env_shell(rules.path(), "umask 000", &["--grpc-uds", &sock_arg]);
     assert_eq!(s.grpc_uds.as_deref(), Some(sock.as_path()));
     assert!(std::os::unix::net::UnixStream::connect(&sock).is_ok());
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o660, "{mode:o}");
+    }
     s.signal("TERM");
     assert!(s.wait(Duration::from_secs(10)).success());
     assert!(!sock.exists(), "the socket is removed on a clean exit");

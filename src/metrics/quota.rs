@@ -15,15 +15,18 @@ pub enum Skip {
     Oversized,
     BadCounts,
     TooManyBuckets,
+    /// The reporting peer holds `--quota-max-buckets-per-peer` already.
+    PeerBuckets,
     UnknownDomain,
 }
 
 impl Skip {
-    pub const ALL: [Skip; 5] = [
+    pub const ALL: [Skip; 6] = [
         Skip::NoBucketId,
         Skip::Oversized,
         Skip::BadCounts,
         Skip::TooManyBuckets,
+        Skip::PeerBuckets,
         Skip::UnknownDomain,
     ];
 
@@ -33,6 +36,7 @@ impl Skip {
             Skip::Oversized => "oversized",
             Skip::BadCounts => "bad_counts",
             Skip::TooManyBuckets => "too_many_buckets",
+            Skip::PeerBuckets => "peer_buckets",
             Skip::UnknownDomain => "unknown_domain",
         }
     }

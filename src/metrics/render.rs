@@ -87,6 +87,7 @@ impl Metrics {
         }
         self.render_store(&mut out);
         self.render_quota(&mut out, &rules);
+        self.render_bounds(&mut out);
         out
     }
 

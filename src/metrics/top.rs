@@ -17,7 +17,6 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::hash::{BuildHasher, RandomState};
-use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use parking_lot::Mutex;
@@ -204,7 +203,7 @@ impl TopKeys {
             s.push(' ');
             s.push_str(k);
             s.push('=');
-            match (self.show_addresses, mask(v)) {
+            match (self.show_addresses, super::address::mask(k, v)) {
                 (false, Some(masked)) => {
                     let _ = write!(s, "{masked}~{:04x}", hash & 0xffff);
                 }
@@ -213,21 +212,6 @@ impl TopKeys {
         }
         crate::text::cut(&mut s, MAX_TEXT);
         s.into_boxed_str()
-    }
-}
-
-/// The first half of an address (`203.0.x.x`, `2001:db8:…`), when `v` is one.
-fn mask(v: &str) -> Option<String> {
-    let addr = v.split_once('/').map_or(v, |(a, _)| a);
-    match addr.parse::<IpAddr>().ok()? {
-        IpAddr::V4(a) => {
-            let [x, y, _, _] = a.octets();
-            Some(format!("{x}.{y}.x.x"))
-        }
-        IpAddr::V6(a) => {
-            let [x, y, ..] = a.segments();
-            Some(format!("{x:x}:{y:x}:…"))
-        }
     }
 }
 

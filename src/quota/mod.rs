@@ -14,6 +14,7 @@
 mod action;
 mod budget;
 mod fleets;
+mod peers;
 mod share;
 mod stream;
 mod target;
@@ -35,8 +36,8 @@ use tonic::{Request, Response, Status, Streaming};
 pub use share::{Assignment, TokenBucket, bucket, split, worth_pushing};
 
 use crate::config::LiveRules;
-use crate::conn::Activity;
-use crate::metrics::Metrics;
+use crate::conn::{Activity, Peer};
+use crate::metrics::{Bound, Metrics, Skip};
 use crate::store::Store;
 
 /// The gRPC service name, for health checks.
@@ -67,6 +68,17 @@ pub struct QuotaOptions {
     /// Store calls all streams together may make per second
     /// (`--quota-store-rate`).
     pub store_rate: u32,
+    /// Streams one peer may hold (`--quota-max-streams-per-peer`).
+    pub max_streams_per_peer: usize,
+    /// Buckets one peer's streams may hold together
+    /// (`--quota-max-buckets-per-peer`).
+    pub max_buckets_per_peer: usize,
+    /// A stream whose first report has not come within this is ended
+    /// (`--quota-first-report-timeout`).
+    pub first_report: Duration,
+    /// A stream that sends nothing for this long is ended
+    /// (`--quota-stream-idle`; Envoy reports every 5 s).
+    pub stream_idle: Duration,
 }
 
 impl Default for QuotaOptions {
@@ -80,6 +92,10 @@ impl Default for QuotaOptions {
             abandon_after: Duration::from_secs(300),
             stream_store_rate: 200,
             store_rate: 2000,
+            max_streams_per_peer: 64,
+            max_buckets_per_peer: 2000,
+            first_report: Duration::from_secs(10),
+            stream_idle: Duration::from_secs(60),
         }
     }
 }
@@ -127,23 +143,28 @@ pub(crate) struct Shared {
     held: AtomicUsize,
     /// A permit per open stream (`max_streams`).
     streams: Arc<Semaphore>,
+    /// Streams and buckets per peer.
+    peers: Arc<peers::Peers>,
     /// A random base for member ids, so two instances never share one.
     instance: u64,
     next: AtomicU64,
 }
 
-/// One bucket's place under `--quota-max-total-buckets`.
-pub(crate) struct Place(Arc<Shared>);
+/// One bucket's place under `--quota-max-total-buckets` and its peer's
+/// `--quota-max-buckets-per-peer`.
+pub(crate) struct Place(Arc<Shared>, #[allow(dead_code)] peers::PeerHold);
 
 impl Place {
-    /// A place, if the instance holds fewer buckets than its cap.
-    pub(crate) fn take(shared: &Arc<Shared>) -> Option<Place> {
+    /// A place, if the instance holds fewer buckets than its cap and the
+    /// peer fewer than its share; which one was full, if not.
+    pub(crate) fn take(shared: &Arc<Shared>, peer: Peer) -> Result<Place, Skip> {
+        let hold = shared.peers.bucket(peer).ok_or(Skip::PeerBuckets)?;
         let cap = shared.opts.max_total_buckets;
         shared
             .held
             .fetch_update(Relaxed, Relaxed, |n| (n < cap).then_some(n + 1))
-            .ok()
-            .map(|_| Place(shared.clone()))
+            .map_err(|_| Skip::TooManyBuckets)?;
+        Ok(Place(shared.clone(), hold))
     }
 }
 
@@ -204,6 +225,7 @@ impl QuotaService {
                 budget: budget::SharedBudget::new(opts.store_rate),
                 held: AtomicUsize::new(0),
                 streams: Arc::new(Semaphore::new(opts.max_streams.max(1))),
+                peers: peers::Peers::new(opts.max_streams_per_peer, opts.max_buckets_per_peer),
                 instance,
                 next: AtomicU64::new(1),
             }),
@@ -231,19 +253,29 @@ impl RateLimitQuotaService for QuotaService {
                     self.shared.opts.max_streams
                 ))
             })?;
+        let conn = request.extensions().get::<Arc<Activity>>();
+        let peer = conn.map_or(Peer::Local, |a| a.peer);
+        let Some(peer_hold) = self.shared.peers.stream(peer) else {
+            if self.shared.metrics.bound_hit(Bound::QuotaPeerStreams, 1) {
+                tracing::warn!(peer = %peer.masked(), "a peer asked for more than --quota-max-streams-per-peer quota streams; refused (logged once per 10 s)");
+            }
+            return Err(Status::resource_exhausted(format!(
+                "this peer holds {} quota streams already (--quota-max-streams-per-peer)",
+                self.shared.opts.max_streams_per_peer
+            )));
+        };
         // The connection is busy for as long as the stream lives, so the
-        // idle timeout never cuts an Envoy that reports on one stream.
-        let busy = request
-            .extensions()
-            .get::<Arc<Activity>>()
-            .map(Activity::start);
+        // idle timeout never cuts an Envoy that reports on one stream (a
+        // silent stream is ended by --quota-stream-idle instead).
+        let busy = conn.map(Activity::start);
         let (tx, rx) = mpsc::channel(8);
         let member = self.shared.member();
-        let task = stream::QuotaStream::new(self.shared.clone(), member, tx);
+        let task = stream::QuotaStream::new(self.shared.clone(), member, peer, tx);
         let token = self.token.clone();
         tokio::spawn(async move {
             task.run(request.into_inner(), token).await;
             drop(busy);
+            drop(peer_hold);
             drop(permit);
         });
         Ok(Response::new(ReceiverStream::new(rx)))

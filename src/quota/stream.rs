@@ -30,6 +30,7 @@ use super::usage::Usage;
 use super::{Place, Shared};
 
 mod assign;
+use crate::conn::Peer;
 use crate::metrics::Skip;
 use crate::store::demand::{DemandUpdate, UNKNOWN};
 
@@ -51,6 +52,8 @@ struct Bucket {
 pub(super) struct QuotaStream {
     shared: Arc<Shared>,
     member: u64,
+    /// Whose share of buckets this stream's buckets count against.
+    peer: Peer,
     tx: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
     domain: Option<String>,
     buckets: HashMap<Vec<(String, String)>, Bucket>,
@@ -63,6 +66,7 @@ impl QuotaStream {
     pub(super) fn new(
         shared: Arc<Shared>,
         member: u64,
+        peer: Peer,
         tx: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
     ) -> QuotaStream {
         let generation = shared.rules.current().generation;
@@ -70,6 +74,7 @@ impl QuotaStream {
         QuotaStream {
             shared,
             member,
+            peer,
             tx,
             domain: None,
             buckets: HashMap::new(),
@@ -95,7 +100,13 @@ impl QuotaStream {
                             break;
                         }
                     }
-                    Ok(None) | Err(_) => break,
+                    Ok(None) => break,
+                    // A bound on the stream's body (it sent nothing for
+                    // too long) or a broken body: say so, then end.
+                    Err(status) => {
+                        let _ = self.tx.send(Err(status)).await;
+                        break;
+                    }
                 },
                 _ = tick.tick() => self.rebalance().await,
                 () = token.cancelled() => {
@@ -159,7 +170,7 @@ impl QuotaStream {
             if self.buckets.len() >= self.shared.opts.max_buckets {
                 return Err(Skip::TooManyBuckets);
             }
-            let place = Place::take(&self.shared).ok_or(Skip::TooManyBuckets)?;
+            let place = Place::take(&self.shared, self.peer)?;
             let target = resolve(&self.shared, domain, &key);
             target.subscribe(true);
             self.buckets.insert(

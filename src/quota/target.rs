@@ -117,8 +117,13 @@ impl Target {
             return;
         };
         let stats = &l.rule.stats;
-        stats.quota_allowed.fetch_add(allowed, Relaxed);
-        stats.quota_denied.fetch_add(denied, Relaxed);
+        // Saturating: no report, however large, wraps a rule's counters.
+        for (c, n) in [
+            (&stats.quota_allowed, allowed),
+            (&stats.quota_denied, denied),
+        ] {
+            let _ = c.fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_add(n)));
+        }
         let would_deny = match (l.share, l.rule.shadow_mode) {
             (Some(share), true) => {
                 let allowed_f = allowed as f64;

@@ -11,9 +11,11 @@ const MAX_TEXT: usize = 1024;
 /// Bytes of a whole bucket id, keys and values (as `--max-descriptor-bytes`
 /// bounds a descriptor): what one bucket can cost a stream's memory.
 const MAX_BUCKET_BYTES: usize = 4096;
-/// Requests per second no Envoy can really have offered: a report claiming
-/// more is garbage, skipped.
-const MAX_RATE: f64 = 1e9;
+/// Requests per second no Envoy can really have offered to one bucket: a
+/// report claiming more is garbage, skipped. A report covering less than a
+/// second may hold a second's worth (Envoy reports whole seconds, and 0 on
+/// a bucket's first report).
+const MAX_RATE: f64 = 1e7;
 /// Seconds a report may cover.
 const MAX_ELAPSED: f64 = 1e7;
 
@@ -52,7 +54,7 @@ impl Usage {
         let offered = (usage.num_requests_allowed, usage.num_requests_denied);
         let total = offered.0.saturating_add(offered.1) as f64;
         let rate = (elapsed >= 1.0).then(|| total / elapsed);
-        if !(0.0..=MAX_ELAPSED).contains(&elapsed) || rate.is_some_and(|r| r > MAX_RATE) {
+        if !(0.0..=MAX_ELAPSED).contains(&elapsed) || total > MAX_RATE * elapsed.max(1.0) {
             return Err(Skip::BadCounts);
         }
         Ok(Usage {
@@ -61,5 +63,36 @@ impl Usage {
             elapsed,
             rate,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::google::protobuf::Duration as PbDuration;
+
+    fn report(allowed: u64, seconds: i64) -> BucketQuotaUsage {
+        BucketQuotaUsage {
+            bucket_id: Some(BucketId {
+                bucket: [("k".to_string(), "v".to_string())].into(),
+            }),
+            time_elapsed: Some(PbDuration { seconds, nanos: 0 }),
+            num_requests_allowed: allowed,
+            num_requests_denied: 0,
+        }
+    }
+
+    #[test]
+    fn a_count_no_interval_can_hold_is_refused_even_under_a_second() {
+        assert!(matches!(
+            Usage::check(report(u64::MAX, 0)),
+            Err(Skip::BadCounts)
+        ));
+        assert!(matches!(
+            Usage::check(report(20_000_000, 1)),
+            Err(Skip::BadCounts)
+        ));
+        assert!(Usage::check(report(5_000_000, 0)).is_ok());
+        assert!(Usage::check(report(40_000_000, 5)).is_ok());
     }
 }

@@ -7,11 +7,14 @@
 //! ([`coalesce`](super::coalesce)).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use redis::Script;
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 use super::StoreError;
 use super::coalesce::Coalesced;
@@ -38,10 +41,55 @@ impl Job {
     }
 }
 
+/// When each script call in flight was sent, so a request that waited too
+/// long can tell a store that is slow to answer (a call unanswered for the
+/// whole wait) from sluice's own queueing (none was).
+pub(super) struct Sends {
+    base: Instant,
+    /// Milliseconds after `base`, plus one, of each slot's call; 0 is free.
+    slots: Box<[AtomicU64]>,
+}
+
+impl Sends {
+    fn new(n: usize) -> Sends {
+        Sends {
+            base: Instant::now(),
+            slots: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn sent(&self, slot: usize) {
+        if let Some(s) = self.slots.get(slot) {
+            s.store(self.now_ms() + 1, Relaxed);
+        }
+    }
+
+    fn answered(&self, slot: usize) {
+        if let Some(s) = self.slots.get(slot) {
+            s.store(0, Relaxed);
+        }
+    }
+
+    /// Whether some call has been unanswered for at least `wait`.
+    pub(super) fn stalled(&self, wait: Duration) -> bool {
+        let now = self.now_ms();
+        let wait = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        self.slots.iter().any(|s| {
+            let at = s.load(Relaxed);
+            at != 0 && now.saturating_sub(at - 1) >= wait
+        })
+    }
+}
+
 /// The handle requests use; the batching task stops once every handle is
 /// dropped and its batches in flight are answered.
 pub(super) struct Batcher {
     tx: mpsc::Sender<Job>,
+    sends: Arc<Sends>,
 }
 
 impl Batcher {
@@ -52,8 +100,14 @@ impl Batcher {
         in_flight: usize,
     ) -> Batcher {
         let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(drive(rx, pool, script, in_flight.max(1)));
-        Batcher { tx }
+        let sends = Arc::new(Sends::new(in_flight.max(1)));
+        tokio::spawn(drive(rx, pool, script, sends.clone()));
+        Batcher { tx, sends }
+    }
+
+    /// Whether a script call has gone unanswered for at least `wait`.
+    pub(super) fn stalled(&self, wait: Duration) -> bool {
+        self.sends.stalled(wait)
     }
 
     /// Tallies of the increments, in `ops` order.
@@ -73,28 +127,55 @@ async fn drive(
     mut rx: mpsc::Receiver<Job>,
     pool: bb8::Pool<Manager>,
     script: Arc<Script>,
-    in_flight: usize,
+    sends: Arc<Sends>,
 ) {
     let mut sending = FuturesUnordered::new();
+    let mut free: Vec<usize> = (0..sends.slots.len()).collect();
     let mut open = true;
     while open || !sending.is_empty() {
         tokio::select! {
-            Some(()) = sending.next(), if !sending.is_empty() => {}
-            job = rx.recv(), if open && sending.len() < in_flight => match job {
+            Some(slot) = sending.next(), if !sending.is_empty() => {
+                sends.answered(slot);
+                free.push(slot);
+            }
+            job = rx.recv(), if open && !free.is_empty() => match job {
                 None => open = false,
                 Some(first) => {
-                    let mut keys = first.keys();
-                    let mut jobs = vec![first];
-                    while keys < MAX_BATCH_KEYS {
-                        let Ok(job) = rx.try_recv() else { break };
-                        keys += job.keys();
-                        jobs.push(job);
+                    let jobs = gather(first, &mut rx);
+                    if jobs.is_empty() {
+                        continue;
                     }
-                    sending.push(send(pool.clone(), script.clone(), jobs));
+                    let Some(slot) = free.pop() else { continue };
+                    sends.sent(slot);
+                    let call = send(pool.clone(), script.clone(), jobs);
+                    sending.push(async move {
+                        call.await;
+                        slot
+                    });
                 }
             }
         }
     }
+}
+
+/// `first` and whatever else has queued, up to [`MAX_BATCH_KEYS`], without
+/// the jobs whose caller has gone (reset, or past its deadline): work nobody
+/// waits for never reaches the store.
+fn gather(first: Job, rx: &mut mpsc::Receiver<Job>) -> Vec<Job> {
+    let mut keys = 0;
+    let mut jobs = Vec::new();
+    let mut next = Some(first);
+    while let Some(job) = next.take() {
+        if !job.reply.is_closed() {
+            keys += job.keys();
+            jobs.push(job);
+        }
+        if keys >= MAX_BATCH_KEYS {
+            break;
+        }
+        next = rx.try_recv().ok();
+    }
+    jobs
 }
 
 async fn send(pool: bb8::Pool<Manager>, script: Arc<Script>, jobs: Vec<Job>) {

@@ -22,7 +22,7 @@ use std::pin::Pin;
 pub use cache::OverLimitCache;
 pub use key::{CounterKey, KeySpace};
 pub use memory::{DEFAULT_MAX_COUNTERS, MemoryStore};
-pub use policy::FailurePolicy;
+pub use policy::{FailurePolicy, shed};
 pub use resilient::{Primary, Resilient, ResilientOptions};
 
 use crate::limiter::{Algorithm, Tally, Window};
@@ -61,12 +61,18 @@ pub enum StoreError {
     /// store's health, so it never feeds the circuit breaker.
     #[error("store refused this request's counter: {0}")]
     Rejected(String),
+    /// sluice itself could not ask the store in time (too many decisions
+    /// waiting, or its own queue slower than the store timeout while the
+    /// store was answering). Not a store fault: it never feeds the breaker
+    /// and never moves counting onto the fallback.
+    #[error("sluice overloaded, request shed: {0}")]
+    Busy(String),
 }
 
 impl StoreError {
     /// Whether the error tells that the store itself is failing.
     pub fn is_store_fault(&self) -> bool {
-        !matches!(self, StoreError::Rejected(_))
+        !matches!(self, StoreError::Rejected(_) | StoreError::Busy(_))
     }
 }
 
@@ -115,6 +121,16 @@ pub trait Store: Send + Sync + 'static {
         &'a self,
         batch: &'a [Increment],
     ) -> BoxFuture<'a, Result<Vec<Tally>, StoreError>>;
+
+    /// As [`Store::increment`], for a caller that will not wait past
+    /// `deadline`: a store that waits for a reply answers by then.
+    fn increment_until<'a>(
+        &'a self,
+        batch: &'a [Increment],
+        _deadline: Option<tokio::time::Instant>,
+    ) -> BoxFuture<'a, Result<Vec<Tally>, StoreError>> {
+        self.increment(batch)
+    }
 
     fn health(&self) -> StoreHealth;
 

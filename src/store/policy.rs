@@ -1,5 +1,9 @@
 //! What decides when the shared store cannot: `--store-failure`, or a
-//! rule's `on_store_failure`.
+//! rule's `on_store_failure`; and what decides a request sluice sheds
+//! because it is too busy to ask the store in time.
+
+use super::{Increment, StoreError};
+use crate::limiter::{Algorithm, Refill, Tally};
 
 /// What decides a request the shared store could not count (`--store-failure`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -40,4 +44,47 @@ impl FailurePolicy {
             FailurePolicy::Deny => "deny-all",
         }
     }
+}
+
+/// The tally that refuses `i` (a deny policy).
+pub(crate) fn refused(i: &Increment) -> Tally {
+    let refill = match i.algorithm {
+        Algorithm::TokenBucket { burst } => {
+            Some(Refill::new(i.limit, i.window.period.seconds(), burst))
+        }
+        _ => None,
+    };
+    Tally::refused(i.algorithm, i.limit, i.hits, refill)
+}
+
+/// Tallies for a request sluice sheds (too busy to ask the store in time):
+/// a rule's own `on_store_failure` of deny or allow decides it, so deny
+/// routes stay closed; otherwise the request gets no decision
+/// ([`StoreError::Busy`], which Envoy's failure mode decides). Never the
+/// memory fallback: being busy must not move counting onto one instance.
+pub fn shed<'a>(
+    batch: impl IntoIterator<Item = &'a Increment>,
+    why: &str,
+) -> Result<Vec<Tally>, StoreError> {
+    let mut denied = false;
+    let mut undecided = false;
+    let tallies = batch
+        .into_iter()
+        .map(|i| match i.on_failure {
+            Some(FailurePolicy::Deny) => {
+                denied = true;
+                refused(i)
+            }
+            Some(FailurePolicy::Allow) => Tally::admitted(i.algorithm),
+            _ => {
+                undecided = true;
+                Tally::admitted(i.algorithm)
+            }
+        })
+        .collect();
+    // A refusal decides the request whatever else it carries.
+    if undecided && !denied {
+        return Err(StoreError::Busy(why.to_owned()));
+    }
+    Ok(tallies)
 }

@@ -381,6 +381,13 @@ impl super::Primary for RedisStore {
         Box::pin(self.connect())
     }
 
+    fn stalled(&self, wait: Duration) -> Option<bool> {
+        match self.live.load().as_deref() {
+            Some(Live::Single(batcher, _)) => Some(batcher.stalled(wait)),
+            _ => None,
+        }
+    }
+
     fn backend(&self) -> &'static str {
         RedisStore::backend(self)
     }

@@ -19,7 +19,7 @@ use super::{
     BoxFuture, CounterStats, FailurePolicy, Increment, MemoryStore, OverLimitCache, Store,
     StoreError, StoreHealth, expect_counts,
 };
-use crate::limiter::{Algorithm, Now, Refill, Tally};
+use crate::limiter::{Now, Tally};
 use crate::metrics::{Metrics, StoreCall};
 
 /// The shared store behind the safety net (Redis, or a fake in tests).
@@ -33,6 +33,14 @@ pub trait Primary: Send + Sync + 'static {
     /// Connects afresh and proves that a request would be counted (the
     /// increment script on a probe key), returning how long that call took.
     fn probe(&self) -> BoxFuture<'_, Result<Duration, StoreError>>;
+
+    /// Whether a call to the store has gone unanswered for at least `wait`:
+    /// what tells a slow store from sluice's own queueing when a request
+    /// waited too long. `None` when the store cannot tell; then every such
+    /// wait counts against the store.
+    fn stalled(&self, _wait: Duration) -> Option<bool> {
+        None
+    }
 
     /// `redis` or `redis-cluster`.
     fn backend(&self) -> &'static str;
@@ -50,6 +58,19 @@ pub trait Primary: Send + Sync + 'static {
         ))))
     }
 }
+
+/// Why the primary gave no counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Undecided {
+    /// The store failed (or is known down): the failure policy decides.
+    Store,
+    /// sluice could not ask in time while the store was answering: shed.
+    Busy,
+}
+
+/// Kept from a caller's deadline for the answer to reach it: a policy
+/// answer that arrives after Envoy gave up is no answer.
+const DEADLINE_MARGIN: Duration = Duration::from_millis(2);
 
 struct Down {
     since: std::time::Instant,
@@ -109,7 +130,11 @@ impl Resilient {
         }
     }
 
-    async fn count(&self, batch: &[Increment]) -> Vec<Tally> {
+    async fn count(
+        &self,
+        batch: &[Increment],
+        deadline: Option<Instant>,
+    ) -> Result<Vec<Tally>, StoreError> {
         let cached: Vec<Option<Tally>> = batch.iter().map(|inc| self.cache.over(inc)).collect();
         let ask: Vec<&Increment> = batch
             .iter()
@@ -124,48 +149,90 @@ impl Resilient {
         let got = if ask.is_empty() {
             Vec::new()
         } else {
-            match self.ask_primary(&ask).await {
+            match self.ask_primary(&ask, deadline).await {
                 Ok(got) => {
                     for (inc, c) in ask.iter().zip(&got) {
                         self.cache.record(inc, c);
                     }
                     got
                 }
-                Err(()) => self.by_policy(&ask),
+                Err(Undecided::Store) => self.by_policy(&ask),
+                Err(Undecided::Busy) => super::shed(
+                    ask.iter().copied(),
+                    "no store answer in time while the store was answering others",
+                )?,
             }
         };
         // Answers fill the gaps the cache left, in order; both have exactly
         // one count per increment asked, so nothing is ever filled with 0.
         let mut got = got.into_iter();
-        cached
+        Ok(cached
             .into_iter()
             .map(|c| c.or_else(|| got.next()).unwrap_or(Tally::Count(u64::MAX)))
-            .collect()
+            .collect())
     }
 
-    async fn ask_primary(&self, ask: &[&Increment]) -> Result<Vec<Tally>, ()> {
-        self.guarded(async {
-            self.primary
-                .increment(ask)
-                .await
-                .and_then(|counts| expect_counts(counts, ask.len()))
-        })
+    async fn ask_primary(
+        &self,
+        ask: &[&Increment],
+        deadline: Option<Instant>,
+    ) -> Result<Vec<Tally>, Undecided> {
+        self.guarded(
+            async {
+                self.primary
+                    .increment(ask)
+                    .await
+                    .and_then(|counts| expect_counts(counts, ask.len()))
+            },
+            deadline,
+        )
         .await
     }
 
+    /// How long a call may wait: the store timeout, cut to the caller's
+    /// deadline (less [`DEADLINE_MARGIN`]) so its answer still reaches it.
+    fn wait(&self, deadline: Option<Instant>) -> Duration {
+        deadline.map_or(self.timeout, |d| {
+            self.timeout.min(
+                d.saturating_duration_since(Instant::now())
+                    .saturating_sub(DEADLINE_MARGIN),
+            )
+        })
+    }
+
     /// One call to the primary under the breaker and the timeout, its
-    /// outcome recorded; `Err` means the failure policy decides.
+    /// outcome recorded; `Err` says who decides instead.
     async fn guarded<T>(
         &self,
         call: impl std::future::Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, ()> {
+        deadline: Option<Instant>,
+    ) -> Result<T, Undecided> {
         if self.open.load(Relaxed) {
-            return Err(());
+            return Err(Undecided::Store);
+        }
+        let wait = self.wait(deadline);
+        if wait.is_zero() {
+            // The caller is gone before the store could answer: the store
+            // is not asked, and nothing is counted for nobody.
+            self.metrics.bound_hit(crate::metrics::Bound::Abandoned, 1);
+            return Err(Undecided::Busy);
         }
         let started = Instant::now();
-        let result = tokio::time::timeout(self.timeout, call)
-            .await
-            .unwrap_or(Err(StoreError::Timeout));
+        let result = match tokio::time::timeout(wait, call).await {
+            Ok(r) => r,
+            // Waited too long, but no call to the store has: the wait was
+            // sluice's own (its queue, its CPU), so not the store's fault.
+            Err(_) if self.primary.stalled(wait) == Some(false) => {
+                if self.metrics.bound_hit(crate::metrics::Bound::Shed, 1) {
+                    warn!(
+                        wait_ms = wait.as_millis(),
+                        "a request waited past its store timeout in sluice's own queue while the store was answering; shed, not counted against the store (logged once per 10 s)"
+                    );
+                }
+                return Err(Undecided::Busy);
+            }
+            Err(_) => Err(StoreError::Timeout),
+        };
         let took = started.elapsed();
         match result {
             Ok(counts) => {
@@ -180,8 +247,9 @@ impl Resilient {
                 // store's health is not in question.
                 self.metrics.store_call(StoreCall::Rejected, took);
                 warn!(reason = %reason, "store refused a counter; this request is decided by --store-failure");
-                Err(())
+                Err(Undecided::Store)
             }
+            Err(StoreError::Busy(_)) => Err(Undecided::Busy),
             Err(e) => {
                 let kind = match e {
                     StoreError::Timeout => StoreCall::Timeout,
@@ -195,7 +263,7 @@ impl Resilient {
                     e => e.to_string(),
                 };
                 self.fault(reason);
-                Err(())
+                Err(Undecided::Store)
             }
         }
     }
@@ -221,15 +289,7 @@ impl Resilient {
                         .pop()
                         .unwrap_or(Tally::Count(u64::MAX)),
                     FailurePolicy::Allow => Tally::admitted(i.algorithm),
-                    FailurePolicy::Deny => {
-                        let refill = match i.algorithm {
-                            Algorithm::TokenBucket { burst } => {
-                                Some(Refill::new(i.limit, i.window.period.seconds(), burst))
-                            }
-                            _ => None,
-                        };
-                        Tally::refused(i.algorithm, i.limit, i.hits, refill)
-                    }
+                    FailurePolicy::Deny => super::policy::refused(i),
                 }
             })
             .collect()
@@ -332,7 +392,15 @@ impl Store for Resilient {
         &'a self,
         batch: &'a [Increment],
     ) -> BoxFuture<'a, Result<Vec<Tally>, StoreError>> {
-        Box::pin(async move { Ok(self.count(batch).await) })
+        Box::pin(self.count(batch, None))
+    }
+
+    fn increment_until<'a>(
+        &'a self,
+        batch: &'a [Increment],
+        deadline: Option<Instant>,
+    ) -> BoxFuture<'a, Result<Vec<Tally>, StoreError>> {
+        Box::pin(self.count(batch, deadline))
     }
 
     fn health(&self) -> StoreHealth {
@@ -375,7 +443,7 @@ impl Store for Resilient {
 
     fn demand<'a>(&'a self, update: &'a DemandUpdate) -> BoxFuture<'a, Fleet> {
         Box::pin(async move {
-            if let Ok(members) = self.guarded(self.primary.demand(update)).await {
+            if let Ok(members) = self.guarded(self.primary.demand(update), None).await {
                 return Fleet::Members(members);
             }
             let policy = update.on_failure.unwrap_or(self.policy);

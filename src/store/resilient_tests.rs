@@ -18,6 +18,8 @@ enum Mode {
     /// Probes pass, increments fail: a Redis that answers PING (or the
     /// probe) but refuses scripts.
     FailRequests,
+    /// Never answers.
+    Hang,
 }
 
 struct Fake {
@@ -25,6 +27,8 @@ struct Fake {
     counts: StdMutex<std::collections::HashMap<String, u64>>,
     probes: AtomicUsize,
     calls: AtomicUsize,
+    /// What the fake says when asked whether a call of its is stalled.
+    stalled: StdMutex<Option<bool>>,
 }
 
 impl Fake {
@@ -34,6 +38,7 @@ impl Fake {
             counts: StdMutex::default(),
             probes: AtomicUsize::new(0),
             calls: AtomicUsize::new(0),
+            stalled: StdMutex::new(None),
         })
     }
 }
@@ -45,7 +50,11 @@ impl Primary for Arc<Fake> {
     ) -> BoxFuture<'a, Result<Vec<Tally>, StoreError>> {
         self.calls.fetch_add(1, Relaxed);
         let mode = *self.mode.lock().unwrap();
+        if mode == Mode::Hang {
+            return Box::pin(std::future::pending());
+        }
         let result = match mode {
+            Mode::Hang => unreachable!(),
             Mode::FailRequests => Err(StoreError::Unavailable("NOSCRIPT".into())),
             Mode::Short => Ok(Vec::new()),
             Mode::Count => batch
@@ -72,6 +81,10 @@ impl Primary for Arc<Fake> {
 
     fn backend(&self) -> &'static str {
         "redis"
+    }
+
+    fn stalled(&self, _wait: Duration) -> Option<bool> {
+        *self.stalled.lock().unwrap()
     }
 
     fn describe(&self) -> String {
@@ -179,5 +192,67 @@ async fn a_store_that_passes_probes_but_fails_requests_is_tried_ever_less() {
     // 12,000 probes. With it, the probe interval grows to FLAP_MAX.
     assert!(probes < 40, "{probes} probes");
     assert!(calls < 200, "{calls} calls reached the failing store");
+    token.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_that_was_sluices_own_sheds_and_never_trips_or_falls_back() {
+    let fake = Fake::new(Mode::Count);
+    let r = net(&fake, FailurePolicy::Fallback);
+    let token = CancellationToken::new();
+    connected(&r, &token).await;
+    *fake.mode.lock().unwrap() = Mode::Hang;
+    // No call of the store's is outstanding: the wait was sluice's queue.
+    *fake.stalled.lock().unwrap() = Some(false);
+    for _ in 0..50 {
+        let e = r.increment(&[inc("a")]).await.unwrap_err();
+        assert!(matches!(e, StoreError::Busy(_)), "{e}");
+    }
+    // A rule that denies on failure stays closed when shed.
+    let mut deny = inc("b");
+    deny.on_failure = Some(FailurePolicy::Deny);
+    let t = r.increment(&[deny, inc("c")]).await.unwrap();
+    assert!(matches!(t[0], Tally::Count(n) if n > 2), "{t:?}");
+    assert!(
+        r.health().healthy,
+        "no trip without evidence about the store"
+    );
+    assert_eq!(r.counters().live, 0, "nothing moved onto the fallback");
+    token.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_call_unanswered_for_the_whole_wait_trips_the_breaker() {
+    let fake = Fake::new(Mode::Count);
+    let r = net(&fake, FailurePolicy::Fallback);
+    let token = CancellationToken::new();
+    connected(&r, &token).await;
+    *fake.mode.lock().unwrap() = Mode::Hang;
+    *fake.stalled.lock().unwrap() = Some(true);
+    for _ in 0..TRIP_AFTER_FOR_TESTS {
+        // Decided by the fallback: the store failed.
+        assert_eq!(r.increment(&[inc("a")]).await.unwrap().len(), 1);
+    }
+    assert!(!r.health().healthy);
+    token.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_caller_past_its_deadline_is_never_sent_to_the_store() {
+    let fake = Fake::new(Mode::Count);
+    let r = net(&fake, FailurePolicy::Fallback);
+    let token = CancellationToken::new();
+    connected(&r, &token).await;
+    let before = fake.calls.load(Relaxed);
+    let gone = Some(Instant::now() + Duration::from_millis(1));
+    let e = r.increment_until(&[inc("a")], gone).await.unwrap_err();
+    assert!(matches!(e, StoreError::Busy(_)), "{e}");
+    assert_eq!(fake.calls.load(Relaxed), before);
+    // With time left, it is counted.
+    let later = Some(Instant::now() + Duration::from_secs(1));
+    assert_eq!(
+        r.increment_until(&[inc("a")], later).await.unwrap(),
+        [Tally::Count(1)]
+    );
     token.cancel();
 }

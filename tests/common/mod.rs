@@ -79,8 +79,23 @@ impl Sluice {
 
     /// As [`Sluice::start_at`], with environment variables set.
     pub fn start_at_env(dir: &Path, grpc: &str, extra: &[&str], env: &[(&str, &str)]) -> Sluice {
-        let mut child = Command::new(sluice_bin())
-            .envs(env.iter().copied())
+        let mut cmd = Command::new(sluice_bin());
+        cmd.envs(env.iter().copied());
+        Sluice::spawn(cmd, dir, grpc, extra)
+    }
+
+    /// As [`Sluice::start_in`], started by `sh` after `setup` (a `umask`,
+    /// a `ulimit`).
+    pub fn start_at_env_shell(dir: &Path, setup: &str, extra: &[&str]) -> Sluice {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(format!("{setup}; exec \"$0\" \"$@\""))
+            .arg(sluice_bin());
+        Sluice::spawn(cmd, dir, "127.0.0.1:0", extra)
+    }
+
+    fn spawn(mut cmd: Command, dir: &Path, grpc: &str, extra: &[&str]) -> Sluice {
+        let mut child = cmd
             .arg("serve")
             .arg("--config")
             .arg(dir)

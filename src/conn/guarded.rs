@@ -1,199 +1,25 @@
-//! Accepted connections under bounds, for both listeners: a cap on open
-//! connections (accepting pauses at the cap, so the kernel's backlog holds
-//! the rest), accept errors backed off instead of retried in a spin (out of
-//! file descriptors), and an idle timeout that closes a connection on which
-//! nothing has happened for too long.
-//!
-//! "Nothing happened" differs per listener: on gRPC it means no request in
-//! flight and none started (HTTP/2 pings keep a connection alive for the
-//! keepalive, not for the idle timeout); on the admin port, no byte read.
-//!
-//! A client that sends but never reads is held back: while writing to it is
-//! blocked, nothing more is read from it (so it cannot queue unbounded
-//! answers or stream resets in sluice's memory), and a connection whose
-//! writes stay blocked for `write_stall` is closed.
+//! A connection under its listener's bounds: closed after the idle timeout,
+//! after `--handshake-timeout` if it never spoke, when its seat is given to a
+//! newcomer, and when its peer takes none of our bytes for `write_stall`.
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::time::{Instant, Sleep};
-use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tokio_util::sync::WaitForCancellationFutureOwned;
 
-use crate::metrics::{Listener, Metrics};
+use super::activity::Activity;
+use super::{ConnLimits, Ticket};
+use crate::metrics::{Bound, Metrics};
 
-const ACCEPT_BACKOFF_FIRST: Duration = Duration::from_millis(10);
-const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
-
-/// Bounds of one listener.
-#[derive(Debug, Clone, Copy)]
-pub struct ConnLimits {
-    /// Connections open at once.
-    pub max_connections: usize,
-    /// Closed after this long without activity.
-    pub idle_timeout: Duration,
-    /// Closed when the peer takes none of our bytes for this long.
-    pub write_stall: Duration,
-}
-
-/// What a connection has been doing, shared between its socket and the
-/// service that answers its requests.
-#[derive(Debug)]
-pub(crate) struct Activity {
-    base: Instant,
-    in_flight: AtomicUsize,
-    /// Milliseconds after `base` of the last activity.
-    last_ms: AtomicU64,
-}
-
-impl Activity {
-    fn new() -> Activity {
-        Activity {
-            base: Instant::now(),
-            in_flight: AtomicUsize::new(0),
-            last_ms: AtomicU64::new(0),
-        }
-    }
-
-    fn touch(&self) {
-        let ms = u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last_ms.store(ms, Relaxed);
-    }
-
-    /// Marks a request as started; the guard marks it done when dropped.
-    /// (No clock read here: while a request is in flight the connection is
-    /// busy whatever `last_ms` says, and the guard records the end.)
-    pub(crate) fn start(self: &Arc<Self>) -> InFlight {
-        self.in_flight.fetch_add(1, Relaxed);
-        InFlight(self.clone())
-    }
-
-    /// When the connection becomes idle, given what is known now.
-    fn idle_at(&self, idle: Duration) -> Instant {
-        if self.in_flight.load(Relaxed) > 0 {
-            return Instant::now() + idle;
-        }
-        self.base + Duration::from_millis(self.last_ms.load(Relaxed)) + idle
-    }
-}
-
-/// A request in flight on a connection.
-#[derive(Debug)]
-pub(crate) struct InFlight(Arc<Activity>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.touch();
-        self.0.in_flight.fetch_sub(1, Relaxed);
-    }
-}
-
-/// A connection's place under the cap: the permit and the gauge go with it.
-pub(crate) struct Ticket {
-    _permit: OwnedSemaphorePermit,
-    metrics: Arc<Metrics>,
-    listener: Listener,
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        self.metrics.connection(self.listener, false);
-    }
-}
-
-/// An accepted socket with its ticket, before any handshake.
-pub(crate) type Admitted<S = TcpStream> = (S, Ticket);
-
-/// A listener the guards can accept from: TCP, or a Unix socket
-/// (`--grpc-uds`).
-pub(crate) trait Accept: Send + 'static {
-    type Stream: Send + 'static;
-    fn accept_one(&self) -> impl Future<Output = io::Result<Self::Stream>> + Send;
-}
-
-impl Accept for TcpListener {
-    type Stream = TcpStream;
-
-    async fn accept_one(&self) -> io::Result<TcpStream> {
-        let (stream, _) = self.accept().await?;
-        // Nagle off: tonic's own `tcp_nodelay` only applies to listeners it
-        // binds, and a gRPC answer written in pieces would otherwise wait for
-        // a delayed ACK (a 40 ms tail). Best effort.
-        let _ = stream.set_nodelay(true);
-        Ok(stream)
-    }
-}
-
-#[cfg(unix)]
-impl Accept for tokio::net::UnixListener {
-    type Stream = tokio::net::UnixStream;
-
-    async fn accept_one(&self) -> io::Result<tokio::net::UnixStream> {
-        self.accept().await.map(|(stream, _)| stream)
-    }
-}
-
-/// Accepts on `listener` under `limits` until `token` is cancelled or the
-/// receiver is dropped.
-pub(crate) fn accept<L: Accept>(
-    listener: L,
-    limits: ConnLimits,
-    kind: Listener,
-    metrics: Arc<Metrics>,
-    token: CancellationToken,
-) -> mpsc::Receiver<Admitted<L::Stream>> {
-    let (tx, rx) = mpsc::channel(16);
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    tokio::spawn(async move {
-        let mut backoff = Duration::ZERO;
-        loop {
-            let permit = tokio::select! {
-                () = token.cancelled() => return,
-                () = tx.closed() => return,
-                p = slots.clone().acquire_owned() => match p {
-                    Ok(p) => p,
-                    Err(_) => return,
-                },
-            };
-            let stream = tokio::select! {
-                () = token.cancelled() => return,
-                accepted = listener.accept_one() => match accepted {
-                    Ok(stream) => stream,
-                    Err(e) => {
-                        metrics.accept_error();
-                        if backoff.is_zero() {
-                            warn!(listener = ?kind, error = %e, "accept failed; pausing before the next accept");
-                        }
-                        backoff = (backoff * 2).clamp(ACCEPT_BACKOFF_FIRST, ACCEPT_BACKOFF_MAX);
-                        tokio::select! {
-                            () = token.cancelled() => return,
-                            () = tokio::time::sleep(backoff) => continue,
-                        }
-                    }
-                },
-            };
-            backoff = Duration::ZERO;
-            metrics.connection(kind, true);
-            let ticket = Ticket {
-                _permit: permit,
-                metrics: metrics.clone(),
-                listener: kind,
-            };
-            if tx.send((stream, ticket)).await.is_err() {
-                return;
-            }
-        }
-    });
-    rx
-}
+/// Bytes of the HTTP/2 client preface: a gRPC client that has sent them
+/// has spoken.
+const H2_PREFACE: usize = 24;
 
 /// Whose activity keeps a connection open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -211,6 +37,10 @@ pub(crate) struct Guarded<IO> {
     by: IdleBy,
     idle: Duration,
     timer: Pin<Box<Sleep>>,
+    /// Bytes read so far, until the connection counts as established.
+    heard: usize,
+    /// Cancelled when the seat is given to a newcomer.
+    evicted: Pin<Box<WaitForCancellationFutureOwned>>,
     stall: Duration,
     /// Set while a write waits for the peer to take bytes.
     blocked: Option<Pin<Box<Sleep>>>,
@@ -222,12 +52,13 @@ pub(crate) struct Guarded<IO> {
 
 impl<IO> Guarded<IO> {
     pub(crate) fn new(io: IO, ticket: Ticket, limits: ConnLimits, by: IdleBy) -> Guarded<IO> {
-        let activity = Arc::new(Activity::new());
+        let activity = ticket.activity.clone();
+        let first = limits.idle_timeout.min(limits.handshake_timeout);
         Guarded {
             io,
-            timer: Box::pin(tokio::time::sleep_until(
-                Instant::now() + limits.idle_timeout,
-            )),
+            timer: Box::pin(tokio::time::sleep_until(Instant::now() + first)),
+            heard: 0,
+            evicted: Box::pin(ticket.close.clone().cancelled_owned()),
             activity,
             by,
             idle: limits.idle_timeout,
@@ -236,6 +67,24 @@ impl<IO> Guarded<IO> {
             reader: None,
             metrics: ticket.metrics.clone(),
             _ticket: ticket,
+        }
+    }
+
+    /// Notes bytes read: reads are activity on the admin port, and the
+    /// first words make a connection established.
+    fn heard(&mut self, n: usize) {
+        if self.by == IdleBy::Reads {
+            self.activity.touch();
+        }
+        if self.heard < H2_PREFACE {
+            self.heard += n;
+            let enough = match self.by {
+                IdleBy::Reads => 1,
+                IdleBy::Requests => H2_PREFACE,
+            };
+            if self.heard >= enough {
+                self.activity.establish();
+            }
         }
     }
 
@@ -270,9 +119,26 @@ impl<IO> Guarded<IO> {
 
     /// Pending until the idle timeout has passed with nothing happening.
     fn poll_idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.evicted.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "closed to seat a connection from a peer under its share",
+            )));
+        }
         loop {
             if self.timer.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
+            }
+            if !self.activity.is_established() {
+                if self.metrics.bound_hit(Bound::Handshake, 1) {
+                    tracing::warn!(
+                        "closed a connection that sent no preface within --handshake-timeout (logged once per 10 s; sluice_bound_hits_total{{bound=\"handshake_timeout\"}} counts them)"
+                    );
+                }
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "no preface within --handshake-timeout",
+                )));
             }
             let at = self.activity.idle_at(self.idle);
             if at <= Instant::now() {
@@ -299,8 +165,9 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
         let before = buf.filled().len();
         match Pin::new(&mut self.io).poll_read(cx, buf) {
             Poll::Ready(r) => {
-                if self.by == IdleBy::Reads && buf.filled().len() > before {
-                    self.activity.touch();
+                let got = buf.filled().len() - before;
+                if got > 0 {
+                    self.heard(got);
                 }
                 Poll::Ready(r)
             }
@@ -315,6 +182,9 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        if self.evicted.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(io::ErrorKind::ConnectionAborted.into()));
+        }
         let r = Pin::new(&mut self.io).poll_write(cx, buf);
         self.wrote(r)
     }
@@ -358,19 +228,27 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     fn ticket() -> Ticket {
-        let permit = Arc::new(Semaphore::new(1))
+        let permit = Arc::new(tokio::sync::Semaphore::new(1))
             .try_acquire_owned()
             .expect("a permit");
-        Ticket {
-            _permit: permit,
-            metrics: Arc::new(Metrics::default()),
-            listener: Listener::Grpc,
-        }
+        let seats = super::super::Seats::new(super::super::SeatLimits {
+            total: 8,
+            per_peer: 8,
+        });
+        super::super::seat(
+            &seats,
+            super::super::Peer::Local,
+            permit,
+            crate::metrics::Listener::Grpc,
+            &Arc::new(Metrics::default()),
+        )
     }
 
     fn limits(idle: u64) -> ConnLimits {
         ConnLimits {
             max_connections: 1,
+            max_per_peer: 1,
+            handshake_timeout: Duration::from_secs(idle),
             idle_timeout: Duration::from_secs(idle),
             write_stall: Duration::from_secs(5),
         }
@@ -415,6 +293,7 @@ mod tests {
     async fn closes_after_the_idle_timeout_unless_a_request_is_in_flight() {
         let (client, server) = tokio::io::duplex(64);
         let mut g = Guarded::new(server, ticket(), limits(10), IdleBy::Requests);
+        g.activity.establish();
         let busy = g.activity.start();
         let mut buf = [0u8; 8];
         // A request in flight for a minute: not idle.
@@ -441,5 +320,48 @@ mod tests {
         let started = Instant::now();
         assert!(g.read(&mut buf).await.is_err());
         assert_eq!(started.elapsed(), Duration::from_secs(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_grpc_connection_without_a_preface_is_closed_at_the_handshake_timeout() {
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut l = limits(300);
+        l.handshake_timeout = Duration::from_secs(2);
+        let mut g = Guarded::new(server, ticket(), l, IdleBy::Requests);
+        // Fewer bytes than the HTTP/2 preface: not established.
+        client.write_all(b"PRI * HTTP/2.0").await.expect("write");
+        let mut buf = [0u8; 64];
+        assert_eq!(g.read(&mut buf).await.expect("read"), 14);
+        let started = Instant::now();
+        let e = g.read(&mut buf).await.expect_err("closed");
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), Duration::from_secs(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_spoken_connection_lives_past_the_handshake_timeout() {
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut l = limits(300);
+        l.handshake_timeout = Duration::from_secs(2);
+        let mut g = Guarded::new(server, ticket(), l, IdleBy::Requests);
+        client.write_all(&[0u8; 24]).await.expect("write");
+        let mut buf = [0u8; 64];
+        assert_eq!(g.read(&mut buf).await.expect("read"), 24);
+        let read = tokio::time::timeout(Duration::from_secs(60), g.read(&mut buf)).await;
+        assert!(read.is_err(), "open until its idle timeout");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_evicted_connection_closes_at_once() {
+        let (_client, server) = tokio::io::duplex(64);
+        let t = ticket();
+        let close = t.close.clone();
+        let mut g = Guarded::new(server, t, limits(300), IdleBy::Requests);
+        let mut buf = [0u8; 8];
+        let read = tokio::time::timeout(Duration::from_millis(10), g.read(&mut buf)).await;
+        assert!(read.is_err());
+        close.cancel();
+        let e = g.read(&mut buf).await.expect_err("closed");
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionAborted);
     }
 }

@@ -1,0 +1,123 @@
+//! What a request may cost sluice before it reaches the store: a bound on
+//! decisions waiting for the store at once (`--max-pending`; past it the
+//! request is shed at once, with a share kept for every connection so a
+//! flood on some cannot shed the others), and its caller's deadline
+//! (`grpc-timeout`), past which nobody waits for the answer.
+
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tonic::metadata::MetadataMap;
+
+use crate::conn::Activity;
+
+/// Decisions waiting for the store.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    n: AtomicUsize,
+    max: usize,
+}
+
+/// One decision's place; given back when dropped.
+pub(crate) struct Slot<'a> {
+    pending: &'a Pending,
+    conn: Option<&'a Activity>,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.pending.n.fetch_sub(1, Relaxed);
+        if let Some(c) = self.conn {
+            c.pending.fetch_sub(1, Relaxed);
+        }
+    }
+}
+
+impl Pending {
+    pub(crate) fn new(max: usize) -> Pending {
+        Pending {
+            n: AtomicUsize::new(0),
+            max: max.max(1),
+        }
+    }
+
+    /// A place for a decision from `conn` (one of `open` connections), or
+    /// `None` when the bound is reached and `conn` holds its even share.
+    pub(crate) fn enter<'a>(&'a self, conn: Option<&'a Activity>, open: u64) -> Option<Slot<'a>> {
+        let before = self.n.fetch_add(1, Relaxed);
+        let mine = conn.map_or(0, |c| c.pending.fetch_add(1, Relaxed));
+        let slot = Slot {
+            pending: self,
+            conn,
+        };
+        if before < self.max {
+            return Some(slot);
+        }
+        let share = self.max / usize::try_from(open.max(1)).unwrap_or(usize::MAX);
+        (conn.is_some() && mine < share.max(1)).then_some(slot)
+    }
+}
+
+/// The caller's deadline, from its `grpc-timeout` (Envoy sends its filter
+/// timeout there).
+pub(crate) fn deadline(metadata: &MetadataMap) -> Option<Instant> {
+    let v = metadata.get("grpc-timeout")?.to_str().ok()?;
+    parse_timeout(v).map(|d| Instant::now() + d)
+}
+
+/// `grpc-timeout`'s format: up to eight digits and a unit (H, M, S, m, u, n).
+fn parse_timeout(v: &str) -> Option<Duration> {
+    let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.checked_mul(3600)?),
+        "M" => Duration::from_secs(n.checked_mul(60)?),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts_parse_as_the_spec_writes_them() {
+        assert_eq!(parse_timeout("19m"), Some(Duration::from_millis(19)));
+        assert_eq!(parse_timeout("1S"), Some(Duration::from_secs(1)));
+        assert_eq!(parse_timeout("2H"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse_timeout("500u"), Some(Duration::from_micros(500)));
+        for bad in ["", "m", "123456789m", "1x", "-1m", "1.5S"] {
+            assert_eq!(parse_timeout(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn past_the_bound_only_connections_under_their_share_get_in() {
+        let p = Pending::new(4);
+        let flood = Activity::new();
+        let honest = Activity::new();
+        let held: Vec<Slot<'_>> = (0..4).filter_map(|_| p.enter(Some(&flood), 2)).collect();
+        assert_eq!(held.len(), 4);
+        assert!(
+            p.enter(Some(&flood), 2).is_none(),
+            "the flood holds its share"
+        );
+        let h = p.enter(Some(&honest), 2);
+        assert!(
+            h.is_some(),
+            "an honest connection under its share is not shed"
+        );
+        assert!(p.enter(None, 2).is_none(), "no connection: no share");
+        drop(held);
+        drop(h);
+        assert!(p.enter(Some(&flood), 2).is_some(), "places come back");
+    }
+}
