@@ -208,6 +208,17 @@ struct ServeArgs {
     /// The name the xDS server's certificate must carry (default: its host).
     #[arg(long, env = "SLUICE_XDS_TLS_SERVER_NAME")]
     xds_tls_server_name: Option<String>,
+    /// HTTP/2 PING interval on the xDS stream; a stream whose PING is not
+    /// answered within --xds-keepalive-timeout is replaced.
+    #[arg(long, env = "SLUICE_XDS_KEEPALIVE_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    xds_keepalive_interval: Duration,
+    /// How long an xDS PING may go unanswered before the stream is replaced.
+    #[arg(long, env = "SLUICE_XDS_KEEPALIVE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    xds_keepalive_timeout: Duration,
+    /// xDS versions closer together than this are coalesced: the newest is
+    /// applied, the ones it supersedes are not.
+    #[arg(long, env = "SLUICE_XDS_MIN_APPLY_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    xds_min_apply_interval: Duration,
     /// Address of the gRPC server (RateLimitService and grpc.health.v1).
     #[arg(long, env = "SLUICE_GRPC_ADDR", default_value = "127.0.0.1:8081")]
     grpc_addr: SocketAddr,
@@ -939,8 +950,6 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             statsd: statsd_config(&args)?,
             quota: args.quota.options(),
             xds: args.config_xds.clone().map(|server| XdsConfig {
-                server,
-                node_id: args.xds_node_id.clone(),
                 headers: pairs(&args.xds_headers)
                     .map(|(k, v)| (k.to_ascii_lowercase(), v))
                     .collect(),
@@ -950,6 +959,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
                     cert: args.xds_tls_cert.clone().zip(args.xds_tls_key.clone()),
                     server_name: args.xds_tls_server_name.clone(),
                 }),
+                keepalive: args.xds_keepalive_interval,
+                keepalive_timeout: args.xds_keepalive_timeout,
+                min_apply_interval: args.xds_min_apply_interval,
+                ..XdsConfig::new(server, args.xds_node_id.clone())
             }),
         };
         server::run(

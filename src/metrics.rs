@@ -55,6 +55,9 @@ pub struct RuleStats {
     /// Envoys, in thousandths of a request per second.
     pub quota_limit_milli: AtomicU64,
     pub quota_assigned_milli: AtomicI64,
+    /// A `detailed_metric` label set (kept when its rule leaves: bounded by
+    /// `--max-detailed-metrics`), not a configured rule.
+    detailed: std::sync::atomic::AtomicBool,
 }
 
 /// What one decision adds to a rule's counters.
@@ -259,12 +262,25 @@ impl Metrics {
             return fallback.clone();
         }
         self.detailed.fetch_add(1, Relaxed);
-        rules
+        let stats = rules
             .entry(domain.into())
             .or_default()
             .entry(path.into())
             .or_default()
-            .clone()
+            .clone();
+        stats.detailed.store(true, Relaxed);
+        stats
+    }
+
+    /// Drops the series of configured rules no longer in force (nothing
+    /// but this table holds their counters): a management server changing
+    /// rules every second cannot grow `/metrics` without bound.
+    pub fn prune_rules(&self) {
+        let mut rules = self.rules.lock();
+        for paths in rules.values_mut() {
+            paths.retain(|_, s| Arc::strong_count(s) > 1 || s.detailed.load(Relaxed));
+        }
+        rules.retain(|_, paths| !paths.is_empty());
     }
 
     /// Every rule's counters (and each `detailed_metric` label set's), by

@@ -44,3 +44,17 @@ fn histogram_is_cumulative() {
     assert!(text.contains("sluice_request_duration_seconds_bucket{le=\"0.005\"} 2"));
     assert!(text.contains("sluice_requests_total{code=\"over_limit\"} 1"));
 }
+
+#[test]
+fn series_of_rules_no_longer_in_force_are_pruned_but_detailed_ones_stay() {
+    let m = Metrics::default();
+    let kept = m.rule("d", "d.kept");
+    drop(m.rule("d", "d.gone"));
+    let detailed = m.detailed("d", "d.k_v", &kept);
+    drop(detailed);
+    m.prune_rules();
+    let text = m.render();
+    assert!(text.contains("rule=\"d.kept\""), "{text}");
+    assert!(text.contains("rule=\"d.k_v\""), "{text}");
+    assert!(!text.contains("rule=\"d.gone\""), "{text}");
+}

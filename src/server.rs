@@ -368,8 +368,9 @@ fn guarded<S>(
     )
 }
 
-/// Frees ended windows once a second so memory follows live keys, and
-/// publishes how many counters live in memory.
+/// Frees ended windows once a second so memory follows live keys, drops
+/// the metric series of rules no longer in force, and publishes how many
+/// counters live in memory.
 async fn sweep(limiter: RateLimiter, token: CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
@@ -379,6 +380,7 @@ async fn sweep(limiter: RateLimiter, token: CancellationToken) {
                 store.sweep(Now::wall());
                 let c = store.counters();
                 limiter.metrics().counters(c.live, c.evictions);
+                limiter.metrics().prune_rules();
             }
             () = token.cancelled() => return,
         }

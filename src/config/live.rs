@@ -112,6 +112,14 @@ impl LiveRules {
         }
     }
 
+    /// Records that the xDS stream failed (shown in `/readyz` until the next
+    /// good response); the rules in force stay.
+    pub fn xds_failed(&self, error: &str) {
+        *self.last_error.lock() = Some(format!(
+            "xDS stream failed: {error}; the rules in force stay, reconnecting"
+        ));
+    }
+
     /// The xDS server, when rules come from xDS.
     pub fn xds_server(&self) -> Option<&str> {
         self.xds.as_deref()

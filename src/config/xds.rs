@@ -31,6 +31,7 @@ use super::{
     compile_files,
 };
 use crate::limiter::{Algorithm, Period, Unit};
+use crate::metrics::Bound;
 
 /// The resource type sluice subscribes to.
 pub const TYPE_URL: &str = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig";
@@ -51,6 +52,30 @@ pub struct XdsConfig {
     pub node_metadata: Vec<(String, String)>,
     /// TLS, or mutual TLS, to the server (`CONFIG_GRPC_XDS_SERVER_USE_TLS`).
     pub tls: Option<XdsTls>,
+    /// HTTP/2 PING interval on the stream, and how long an answer may take
+    /// before the stream is given up and replaced (`--xds-keepalive-*`): a
+    /// stream that stops carrying anything is found within their sum.
+    pub keepalive: Duration,
+    pub keepalive_timeout: Duration,
+    /// Responses closer together than this are coalesced: the newest is
+    /// applied, the ones it supersedes are not (`--xds-min-apply-interval`).
+    pub min_apply_interval: Duration,
+}
+
+impl XdsConfig {
+    /// A config for `server` with the default timings.
+    pub fn new(server: String, node_id: String) -> XdsConfig {
+        XdsConfig {
+            server,
+            node_id,
+            headers: Vec::new(),
+            node_metadata: Vec::new(),
+            tls: None,
+            keepalive: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(10),
+            min_apply_interval: Duration::from_secs(1),
+        }
+    }
 }
 
 /// PEM files for TLS to the management server, read on every connect so a
@@ -80,7 +105,11 @@ pub async fn run(cfg: XdsConfig, rules: Arc<LiveRules>, token: CancellationToken
                 warn!(server = %cfg.server, "xDS stream ended; reconnecting");
                 backoff = BACKOFF_FIRST;
             }
-            Err(e) => warn!(server = %cfg.server, error = %e, "xDS stream failed; reconnecting"),
+            Err(e) => {
+                warn!(server = %cfg.server, error = %e, "xDS stream failed; reconnecting");
+                rules.xds_failed(&e);
+                rules.metrics().bound_hit(Bound::XdsStreamFailed, 1);
+            }
         }
         tokio::select! {
             () = token.cancelled() => return,
@@ -135,11 +164,29 @@ async fn stream(cfg: &XdsConfig, rules: &LiveRules) -> Result<(), String> {
         .into_inner();
     info!(server = %cfg.server, node = %cfg.node_id, "xDS stream open");
     let mut applied = version;
-    while let Some(resp) = responses.message().await.map_err(|e| e.to_string())? {
-        let ack = answer(&resp, rules, &mut applied, &node);
-        tx.send(ack).await.map_err(|e| e.to_string())?;
+    // The newest response not yet applied, and when the next may be.
+    let mut pending: Option<DiscoveryResponse> = None;
+    let mut next_apply = tokio::time::Instant::now();
+    loop {
+        tokio::select! {
+            msg = responses.message() => {
+                let Some(resp) = msg.map_err(|e| e.to_string())? else {
+                    return Ok(());
+                };
+                if pending.replace(resp).is_some()
+                    && rules.metrics().bound_hit(Bound::XdsCoalesced, 1)
+                {
+                    info!("xDS versions arrive faster than --xds-min-apply-interval; applying the newest (logged once per 10 s)");
+                }
+            }
+            () = tokio::time::sleep_until(next_apply), if pending.is_some() => {
+                let Some(resp) = pending.take() else { continue };
+                let ack = answer(&resp, rules, &mut applied, &node);
+                tx.send(ack).await.map_err(|e| e.to_string())?;
+                next_apply = tokio::time::Instant::now() + cfg.min_apply_interval;
+            }
+        }
     }
-    Ok(())
 }
 
 /// A connection to the server, over TLS when configured.
@@ -148,7 +195,10 @@ async fn channel(cfg: &XdsConfig) -> Result<tonic::transport::Channel, String> {
     let mut endpoint =
         tonic::transport::Endpoint::from_shared(format!("{scheme}://{}", cfg.server))
             .map_err(|e| e.to_string())?
-            .connect_timeout(Duration::from_secs(5));
+            .connect_timeout(Duration::from_secs(5))
+            .http2_keep_alive_interval(cfg.keepalive)
+            .keep_alive_timeout(cfg.keepalive_timeout)
+            .keep_alive_while_idle(true);
     if let Some(tls) = &cfg.tls {
         let read = |p: &PathBuf| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
         let mut config = tonic::transport::ClientTlsConfig::new()

@@ -36,8 +36,9 @@ pub enum Bound {
     QuotaPeerStreams,
     /// A quota stream closed after sending nothing for `--quota-stream-idle`.
     QuotaSilent,
-    /// An xDS stream replaced after carrying nothing for its deadline.
-    XdsStalled,
+    /// An xDS stream failed (or stopped answering its keepalive) and was
+    /// replaced.
+    XdsStreamFailed,
     /// xDS generations folded into one apply (a burst of versions).
     XdsCoalesced,
 }
@@ -53,7 +54,7 @@ impl Bound {
         Bound::Abandoned,
         Bound::QuotaPeerStreams,
         Bound::QuotaSilent,
-        Bound::XdsStalled,
+        Bound::XdsStreamFailed,
         Bound::XdsCoalesced,
     ];
 
@@ -68,7 +69,7 @@ impl Bound {
             Bound::Abandoned => "abandoned",
             Bound::QuotaPeerStreams => "quota_peer_streams",
             Bound::QuotaSilent => "quota_silent_stream",
-            Bound::XdsStalled => "xds_stalled",
+            Bound::XdsStreamFailed => "xds_stream_failed",
             Bound::XdsCoalesced => "xds_coalesced",
         }
     }

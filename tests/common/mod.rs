@@ -18,6 +18,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::transport::Channel;
 
+pub mod ads;
 pub mod browser;
 pub mod fake_redis;
 pub mod h2raw;
