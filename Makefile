@@ -66,8 +66,11 @@ instructions: deps h2load
 
 # Ten minutes at a steady rate with reloads and two Redis restarts; prints
 # memory, descriptors and connections over time (SOAK_SECONDS to shorten).
-soak: deps
+# Then three minutes of hostile volume beside an honest load above its limit
+# on two instances sharing Redis (VOLUME_SECONDS to shorten).
+soak: deps h2load
 	$(CARGO) bench --bench soak
+	$(CARGO) bench --bench volume
 
 # cargo-fuzz on the config loader and the request path, FUZZ_SECONDS each
 # (600 by default). Not part of make test: the inputs worth keeping go to

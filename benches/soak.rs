@@ -14,48 +14,20 @@
 mod attacker;
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "support/proc.rs"]
+mod proc;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::redis::RedisServer;
 use common::{Sluice, eventually, metric};
-
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use proc::{env_or, fds, rss_kib};
 
 fn rules(limit: u64) -> String {
     format!(
         "domain: soak\ndescriptors:\n  - key: ip\n    rate_limit: {{unit: minute, requests_per_unit: {limit}}}\n  - key: flood\n    rate_limit: {{unit: day, requests_per_unit: 10}}\n"
     )
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
-/// (open file descriptors, of which sockets).
-fn fds(pid: u32) -> (usize, usize) {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return (0, 0);
-    };
-    let links: Vec<_> = dir
-        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-        .collect();
-    let sockets = links
-        .iter()
-        .filter(|l| l.to_string_lossy().starts_with("socket:"))
-        .count();
-    (links.len(), sockets)
 }
 
 fn main() {

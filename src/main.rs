@@ -544,6 +544,10 @@ struct StoreArgs {
     /// Connections in the Redis pool (each one multiplexed).
     #[arg(long, env = "SLUICE_REDIS_POOL_SIZE", default_value_t = 4)]
     redis_pool_size: u32,
+    /// Run the Redis connections and the batcher on a thread of their own,
+    /// so a flood queued on the workers is never timed as a slow Redis.
+    #[arg(long, env = "SLUICE_REDIS_IO_THREAD", default_value_t = true, action = clap::ArgAction::Set)]
+    redis_io_thread: bool,
     /// Longest wait for Redis per request before the failure policy decides.
     #[arg(long, env = "SLUICE_REDIS_TIMEOUT", default_value = "20ms", value_parser = parse_duration)]
     redis_timeout: Duration,
@@ -603,6 +607,7 @@ impl StoreArgs {
                 ca: self.redis_tls_ca.clone(),
                 cert: self.redis_tls_cert.clone().zip(self.redis_tls_key.clone()),
             }),
+            io_thread: self.redis_io_thread,
         })?;
         Ok(Arc::new(Resilient::new(
             redis,

@@ -120,6 +120,9 @@ pub enum Outcome {
     Ok,
     OverLimit,
     Invalid,
+    /// No decision: the store failed and no policy decided, or sluice shed
+    /// the request (UNAVAILABLE).
+    Unavailable,
 }
 
 /// Domain and rule path; shared, so a scrape copies pointers, not text.
@@ -152,6 +155,7 @@ pub struct Metrics {
     requests_ok: AtomicU64,
     requests_over: AtomicU64,
     requests_invalid: AtomicU64,
+    requests_unavailable: AtomicU64,
     latency: Histogram,
     domain_not_found: AtomicU64,
     global_shadow_mode: AtomicU64,
@@ -220,6 +224,7 @@ impl Metrics {
             requests_ok: AtomicU64::default(),
             requests_over: AtomicU64::default(),
             requests_invalid: AtomicU64::default(),
+            requests_unavailable: AtomicU64::default(),
             latency: Histogram::default(),
             domain_not_found: AtomicU64::default(),
             global_shadow_mode: AtomicU64::default(),
@@ -316,6 +321,7 @@ impl Metrics {
         self.requests_ok.load(Relaxed)
             + self.requests_over.load(Relaxed)
             + self.requests_invalid.load(Relaxed)
+            + self.requests_unavailable.load(Relaxed)
     }
 
     pub fn request(&self, outcome: Outcome, took: Duration) {
@@ -323,6 +329,7 @@ impl Metrics {
             Outcome::Ok => &self.requests_ok,
             Outcome::OverLimit => &self.requests_over,
             Outcome::Invalid => &self.requests_invalid,
+            Outcome::Unavailable => &self.requests_unavailable,
         };
         c.fetch_add(1, Relaxed);
         self.latency.observe(took);

@@ -157,7 +157,8 @@ impl RateLimiter {
         let outcome = match &result {
             Ok(r) if r.overall_code == Code::OverLimit as i32 => Outcome::OverLimit,
             Ok(_) => Outcome::Ok,
-            Err(_) => Outcome::Invalid,
+            Err(ServiceError::Store(_)) => Outcome::Unavailable,
+            Err(ServiceError::Request(_)) => Outcome::Invalid,
         };
         self.metrics.request(outcome, started.elapsed());
         result

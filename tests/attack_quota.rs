@@ -6,7 +6,7 @@ mod common;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use common::{Sluice, eventually, metric};
+use common::{Sluice, bound, eventually, metric};
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
@@ -93,14 +93,6 @@ impl Stream {
             }
         }
     }
-}
-
-fn bound(s: &Sluice, name: &str) -> f64 {
-    metric(
-        &s.get("/metrics").1,
-        &format!("sluice_bound_hits_total{{bound=\"{name}\"}}"),
-    )
-    .unwrap_or(0.0)
 }
 
 /// One peer opens 100 streams that never send: it gets its share (8) and

@@ -38,14 +38,6 @@ fn client_from(ip: [u8; 4], to: SocketAddr, within: Duration) -> RateLimitServic
     RateLimitServiceClient::new(channel)
 }
 
-fn bound(s: &Sluice, name: &str) -> f64 {
-    metric(
-        &s.get("/metrics").1,
-        &format!("sluice_bound_hits_total{{bound=\"{name}\"}}"),
-    )
-    .unwrap_or(0.0)
-}
-
 /// 4,000 silent connections from one peer (the gRPC cap is 64 here, the
 /// handshake timeout long): a fresh client from another peer is still
 /// answered at once, on both ports, and the evictions are counted.

@@ -20,6 +20,21 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1000000, on_store_failure: deny}
 ";
 
+/// Redis behind a delay proxy, and a sluice counting there (a store
+/// timeout of 2 s, so only the caller's patience or a bound decides), ready.
+fn behind_a_slow_link(extra: &[&str]) -> (RedisServer, DelayProxy, Sluice) {
+    let redis = RedisServer::start();
+    let proxy = DelayProxy::start(redis.port);
+    let url = format!("redis://127.0.0.1:{}", proxy.port);
+    let mut args = vec!["--redis-url", &url, "--redis-timeout", "2s"];
+    args.extend_from_slice(extra);
+    let s = Sluice::start(&[("web.yaml", RULES)], &args);
+    assert!(eventually(Duration::from_secs(10), || s.readyz()["store"]
+        ["healthy"]
+        == true));
+    (redis, proxy, s)
+}
+
 fn redis_total(redis: &RedisServer) -> u64 {
     redis
         .counter_keys()
@@ -35,23 +50,8 @@ fn redis_total(redis: &RedisServer) -> u64 {
 /// breaker never opens.
 #[tokio::test]
 async fn past_max_pending_requests_are_shed_never_counted_per_instance() {
-    let redis = RedisServer::start();
-    let proxy = DelayProxy::start(redis.port);
-    let s = Sluice::start(
-        &[("web.yaml", RULES)],
-        &[
-            "--redis-url",
-            &format!("redis://127.0.0.1:{}", proxy.port),
-            "--redis-timeout",
-            "2s",
-            "--max-pending",
-            "4",
-        ],
-    );
+    let (redis, proxy, s) = behind_a_slow_link(&["--max-pending", "4"]);
     let mut c = s.client().await;
-    assert!(eventually(Duration::from_secs(10), || s.readyz()["store"]
-        ["healthy"]
-        == true));
     proxy.set_delay(50);
     for key in ["open", "closed"] {
         let calls = (0..64).map(|_| {
@@ -113,23 +113,8 @@ async fn past_max_pending_requests_are_shed_never_counted_per_instance() {
 /// instead: the store slower than the caller is a store failure.)
 #[tokio::test]
 async fn work_whose_caller_has_gone_never_reaches_redis() {
-    let redis = RedisServer::start();
-    let proxy = DelayProxy::start(redis.port);
-    let s = Sluice::start(
-        &[("web.yaml", RULES)],
-        &[
-            "--redis-url",
-            &format!("redis://127.0.0.1:{}", proxy.port),
-            "--redis-timeout",
-            "2s",
-            "--redis-pool-size",
-            "1",
-        ],
-    );
+    let (redis, proxy, s) = behind_a_slow_link(&["--redis-pool-size", "1"]);
     let c = s.client().await;
-    assert!(eventually(Duration::from_secs(10), || s.readyz()["store"]
-        ["healthy"]
-        == true));
     proxy.set_delay(80);
     let calls = (0..200).map(|i| {
         let mut c = c.clone();
@@ -159,12 +144,4 @@ async fn work_whose_caller_has_gone_never_reaches_redis() {
     assert!(seen < 100, "Redis counted {seen} of 200 abandoned requests");
     let m = s.get("/metrics").1;
     assert_eq!(metric(&m, "sluice_store_circuit_trips_total"), Some(0.0));
-}
-
-fn bound(s: &Sluice, name: &str) -> f64 {
-    metric(
-        &s.get("/metrics").1,
-        &format!("sluice_bound_hits_total{{bound=\"{name}\"}}"),
-    )
-    .unwrap_or(0.0)
 }

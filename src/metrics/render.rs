@@ -34,6 +34,7 @@ impl Metrics {
             ("ok", &self.requests_ok),
             ("over_limit", &self.requests_over),
             ("invalid", &self.requests_invalid),
+            ("unavailable", &self.requests_unavailable),
         ] {
             let _ = writeln!(
                 out,

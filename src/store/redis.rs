@@ -20,6 +20,7 @@ use sha2::{Digest, Sha256};
 
 use super::batch::Batcher;
 use super::demand::{self, DemandUpdate, MemberDemand};
+use super::io_thread::IoThread;
 pub use super::pool::RedisTls;
 use super::pool::{self, Manager};
 pub use super::script::EXPIRY_SLACK_SECONDS;
@@ -107,6 +108,9 @@ pub struct RedisConfig {
     pub connect_timeout: Duration,
     /// Certificates for `rediss://` (private CA, mutual TLS).
     pub tls: Option<RedisTls>,
+    /// Run the connections and the batcher on a thread of their own
+    /// ([`io_thread`](super::io_thread)); off, they share the workers.
+    pub io_thread: bool,
 }
 
 enum Live {
@@ -120,6 +124,8 @@ enum Live {
 /// uses a connection that died with the old server.
 pub struct RedisStore {
     config: RedisConfig,
+    /// Where single-node connections and the batcher run, when apart.
+    io: Option<IoThread>,
     live: ArcSwapOption<Live>,
     script: Arc<Script>,
     demand_script: Script,
@@ -144,8 +150,14 @@ impl RedisStore {
                 StoreError::Unavailable(format!("invalid Redis address {}: {e}", mask(&url)))
             })?;
         }
+        let io = if config.io_thread {
+            Some(IoThread::start()?)
+        } else {
+            None
+        };
         Ok(RedisStore {
             config,
+            io,
             live: ArcSwapOption::empty(),
             script: Arc::new(Script::new(SCRIPT)),
             demand_script: Script::new(demand::SCRIPT),
@@ -211,54 +223,22 @@ impl RedisStore {
         Ok(rtt)
     }
 
-    /// A pool of multiplexed connections to one node, proven by the probe.
+    /// A pool of multiplexed connections to one node, proven by the probe;
+    /// opened on the I/O thread when there is one, so the connections'
+    /// tasks and the batcher run there.
     async fn connect_single(&self, url: &str) -> Result<(Live, Duration), StoreError> {
-        let manager = Manager(pool::client(url, self.config.tls.as_ref())?);
-        let pool = bb8::Pool::builder()
-            .max_size(self.config.pool_size.max(1))
-            .connection_timeout(self.config.connect_timeout)
-            // A PING per checkout would double every request's round trips.
-            .test_on_check_out(false)
-            .build_unchecked(manager);
-        let mut conn = pool.get().await.map_err(unavailable)?.clone();
-        let rtt = self.probe_script(&mut conn).await?;
-        let in_flight = usize::try_from(self.config.pool_size).unwrap_or(1);
-        Ok((
-            Live::Single(
-                Batcher::start(pool.clone(), self.script.clone(), in_flight),
-                pool,
-            ),
-            rtt,
-        ))
+        let open = open_single(url.to_owned(), self.config.clone(), self.script.clone());
+        match &self.io {
+            Some(io) => io.run(open).await,
+            None => open.await,
+        }
     }
 
-    /// Adds nothing to a probe key through the increment script, as a request
-    /// would, and checks the answer.
     async fn probe_script(
         &self,
         conn: &mut impl redis::aio::ConnectionLike,
     ) -> Result<Duration, StoreError> {
-        let started = std::time::Instant::now();
-        let key = format!("{}sluice:probe", self.config.prefix);
-        let raw: Vec<i64> = self
-            .script
-            .key(key)
-            .arg(0)
-            .arg(0)
-            .arg(EXPIRY_SLACK_SECONDS)
-            .arg(0)
-            .arg(0)
-            .invoke_async(conn)
-            .await
-            .map_err(|e| classify(&e))?;
-        // Only ever incremented by 0, the probe key holds 0: a proxy or fake
-        // that answers a fixed count is caught here.
-        match raw.as_slice() {
-            [0, 0] => Ok(started.elapsed()),
-            other => Err(StoreError::BadReply(format!(
-                "probe script answered {other:?}"
-            ))),
-        }
+        probe_script(&self.config.prefix, &self.script, conn).await
     }
 
     /// Runs the script for the batch; tallies come back in batch order.
@@ -369,6 +349,58 @@ impl RedisStore {
     }
 }
 
+/// A pool of multiplexed connections to `url`, proven by the probe, and
+/// the batcher that draws from it (spawned where this runs).
+async fn open_single(
+    url: String,
+    config: RedisConfig,
+    script: Arc<Script>,
+) -> Result<(Live, Duration), StoreError> {
+    let manager = Manager(pool::client(&url, config.tls.as_ref())?);
+    let pool = bb8::Pool::builder()
+        .max_size(config.pool_size.max(1))
+        .connection_timeout(config.connect_timeout)
+        // A PING per checkout would double every request's round trips.
+        .test_on_check_out(false)
+        .build_unchecked(manager);
+    let mut conn = pool.get().await.map_err(unavailable)?.clone();
+    let rtt = probe_script(&config.prefix, &script, &mut conn).await?;
+    let in_flight = usize::try_from(config.pool_size).unwrap_or(1);
+    Ok((
+        Live::Single(Batcher::start(pool.clone(), script, in_flight), pool),
+        rtt,
+    ))
+}
+
+/// Adds nothing to a probe key through the increment script, as a request
+/// would, and checks the answer.
+async fn probe_script(
+    prefix: &str,
+    script: &Script,
+    conn: &mut impl redis::aio::ConnectionLike,
+) -> Result<Duration, StoreError> {
+    let started = std::time::Instant::now();
+    let key = format!("{prefix}sluice:probe");
+    let raw: Vec<i64> = script
+        .key(key)
+        .arg(0)
+        .arg(0)
+        .arg(EXPIRY_SLACK_SECONDS)
+        .arg(0)
+        .arg(0)
+        .invoke_async(conn)
+        .await
+        .map_err(|e| classify(&e))?;
+    // Only ever incremented by 0, the probe key holds 0: a proxy or fake
+    // that answers a fixed count is caught here.
+    match raw.as_slice() {
+        [0, 0] => Ok(started.elapsed()),
+        other => Err(StoreError::BadReply(format!(
+            "probe script answered {other:?}"
+        ))),
+    }
+}
+
 impl super::Primary for RedisStore {
     fn increment<'a>(
         &'a self,
@@ -383,7 +415,17 @@ impl super::Primary for RedisStore {
 
     fn stalled(&self, wait: Duration) -> Option<bool> {
         match self.live.load().as_deref() {
-            Some(Live::Single(batcher, _)) => Some(batcher.stalled(wait)),
+            Some(Live::Single(batcher, _)) => {
+                let st = batcher.stalled(wait);
+                if st {
+                    tracing::warn!(
+                        oldest_ms = batcher.oldest(),
+                        wait_ms = wait.as_millis() as u64,
+                        "DEBUG stalled"
+                    );
+                }
+                Some(st)
+            }
             _ => None,
         }
     }

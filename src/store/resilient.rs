@@ -15,6 +15,7 @@ use tracing::{error, info, warn};
 
 use super::breaker::{Breaker, PROBE_MAX, Verdict};
 use super::demand::{DemandUpdate, Fleet, MemberDemand};
+use super::lag::Lag;
 use super::{
     BoxFuture, CounterStats, FailurePolicy, Increment, MemoryStore, OverLimitCache, Store,
     StoreError, StoreHealth, expect_counts,
@@ -93,6 +94,9 @@ pub struct Resilient {
     down: Mutex<Down>,
     wake: Notify,
     metrics: Arc<Metrics>,
+    /// How late the runtime runs tasks lately: a call that waited too long
+    /// while it ran late is not the store's fault.
+    lag: Arc<Lag>,
 }
 
 /// Settings of the safety net.
@@ -127,6 +131,7 @@ impl Resilient {
             }),
             wake: Notify::new(),
             metrics,
+            lag: Arc::new(Lag::new()),
         }
     }
 
@@ -200,6 +205,14 @@ impl Resilient {
         })
     }
 
+    /// Whether a wait that ran out was sluice's own: the runtime ran late
+    /// by half the wait, or no store call has been unanswered for half of
+    /// it (a call sent as the wait began and still unanswered is the
+    /// store's doing; the batcher times calls on its own thread).
+    fn sluices_own(&self, wait: Duration) -> bool {
+        self.lag.recent() * 2 >= wait || self.primary.stalled(wait / 2) == Some(false)
+    }
+
     /// One call to the primary under the breaker and the timeout, its
     /// outcome recorded; `Err` says who decides instead.
     async fn guarded<T>(
@@ -220,9 +233,10 @@ impl Resilient {
         let started = Instant::now();
         let result = match tokio::time::timeout(wait, call).await {
             Ok(r) => r,
-            // Waited too long, but no call to the store has: the wait was
-            // sluice's own (its queue, its CPU), so not the store's fault.
-            Err(_) if self.primary.stalled(wait) == Some(false) => {
+            // Waited too long, but no call to the store has, or the runtime
+            // itself ran late: the wait was sluice's own (its queue, its
+            // CPU), so not the store's fault.
+            Err(_) if self.sluices_own(wait) => {
                 if self.metrics.bound_hit(crate::metrics::Bound::Shed, 1) {
                     warn!(
                         wait_ms = wait.as_millis(),
@@ -326,8 +340,9 @@ impl Resilient {
             .await
             .unwrap_or(Err(StoreError::Timeout))?;
         // A store that answers, but slower than a request may wait, is still
-        // down: taking it back would only fail every request again.
-        if rtt > self.timeout {
+        // down: taking it back would only fail every request again. (Time
+        // the runtime ran late is not the store's.)
+        if rtt.saturating_sub(self.lag.recent()) > self.timeout {
             return Err(StoreError::Unavailable(format!(
                 "probe took {} ms, more than --redis-timeout {} ms",
                 rtt.as_millis(),
@@ -438,7 +453,11 @@ impl Store for Resilient {
     }
 
     fn background(self: Arc<Self>, token: CancellationToken) -> Option<BoxFuture<'static, ()>> {
-        Some(Box::pin(self.probe(token)))
+        let lag = self.lag.clone();
+        let watch = token.clone();
+        Some(Box::pin(async move {
+            tokio::join!(self.probe(token), lag.watch(watch));
+        }))
     }
 
     fn demand<'a>(&'a self, update: &'a DemandUpdate) -> BoxFuture<'a, Fleet> {

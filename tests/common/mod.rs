@@ -335,6 +335,15 @@ pub fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
 }
 
 /// A metric's value from the Prometheus text.
+/// Hits of one bound against hostile volume (`sluice_bound_hits_total`).
+pub fn bound(s: &Sluice, name: &str) -> f64 {
+    metric(
+        &s.get("/metrics").1,
+        &format!("sluice_bound_hits_total{{bound=\"{name}\"}}"),
+    )
+    .unwrap_or(0.0)
+}
+
 pub fn metric(text: &str, series: &str) -> Option<f64> {
     text.lines().find_map(|l| {
         l.strip_prefix(series)

@@ -1,0 +1,104 @@
+//! How late this process runs its ready tasks: a ticker that asks to wake
+//! every [`TICK`] and records how much later it was woken. A store call
+//! that seemed slow while the runtime itself ran late says nothing about
+//! the store (its reply may have waited in our socket buffer for a worker),
+//! so the breaker only counts it when the runtime was on time.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+const TICK: Duration = Duration::from_millis(5);
+/// The worst lateness is kept over two windows of this length.
+const WINDOW_MS: u64 = 250;
+
+/// The runtime's recent lateness.
+#[derive(Debug)]
+pub(crate) struct Lag {
+    base: Instant,
+    /// Worst lateness (µs) in the current window and the one before.
+    current: AtomicU64,
+    previous: AtomicU64,
+    /// The current window's start, in ms after `base`.
+    window: AtomicU64,
+}
+
+impl Lag {
+    pub(crate) fn new() -> Lag {
+        Lag {
+            base: Instant::now(),
+            current: AtomicU64::new(0),
+            previous: AtomicU64::new(0),
+            window: AtomicU64::new(0),
+        }
+    }
+
+    /// The worst lateness seen lately (about the last quarter to half
+    /// second).
+    pub(crate) fn recent(&self) -> Duration {
+        Duration::from_micros(self.current.load(Relaxed).max(self.previous.load(Relaxed)))
+    }
+
+    fn record(&self, late: Duration) {
+        let now_ms = u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX);
+        if now_ms >= self.window.load(Relaxed) + WINDOW_MS {
+            self.window.store(now_ms, Relaxed);
+            self.previous.store(self.current.swap(0, Relaxed), Relaxed);
+        }
+        let us = u64::try_from(late.as_micros()).unwrap_or(u64::MAX);
+        self.current.fetch_max(us, Relaxed);
+    }
+
+    /// Ticks until `token` is cancelled.
+    pub(crate) async fn watch(&self, token: CancellationToken) {
+        loop {
+            let asked = Instant::now();
+            tokio::select! {
+                () = tokio::time::sleep(TICK) => {}
+                () = token.cancelled() => return,
+            }
+            self.record(asked.elapsed().saturating_sub(TICK));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_blocked_runtime_shows_as_lag_then_fades() {
+        let lag = Arc::new(Lag::new());
+        let token = CancellationToken::new();
+        let watcher = tokio::spawn({
+            let (lag, token) = (lag.clone(), token.clone());
+            async move { lag.watch(token).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(
+            lag.recent() < Duration::from_millis(30),
+            "{:?}",
+            lag.recent()
+        );
+        // Hold the only worker: the ticker wakes 40 ms late.
+        std::thread::sleep(Duration::from_millis(40));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(
+            lag.recent() >= Duration::from_millis(30),
+            "{:?}",
+            lag.recent()
+        );
+        // Two windows later it is forgotten.
+        tokio::time::sleep(Duration::from_millis(2 * WINDOW_MS + 50)).await;
+        assert!(
+            lag.recent() < Duration::from_millis(30),
+            "{:?}",
+            lag.recent()
+        );
+        token.cancel();
+        let _ = watcher.await;
+    }
+}
