@@ -78,6 +78,7 @@ impl Default for AdminLimits {
                 max_connections: 64,
                 max_per_peer: 64,
                 handshake_timeout: Duration::from_secs(5),
+                max_in_flight_per_peer: 0,
                 idle_timeout: Duration::from_secs(30),
                 write_stall: Duration::from_secs(30),
             },

@@ -378,6 +378,12 @@ struct ConnArgs {
     /// its own least useful connection is closed.
     #[arg(long, env = "SLUICE_GRPC_MAX_CONNECTIONS_PER_PEER", default_value_t = GrpcLimits::default().conn.max_per_peer)]
     grpc_max_connections_per_peer: usize,
+    /// Requests one peer may have in flight over all its gRPC connections;
+    /// past it nothing more is read from that peer until some finish, so a
+    /// flood from one address cannot queue ahead of every other Envoy (0:
+    /// no bound).
+    #[arg(long, env = "SLUICE_GRPC_MAX_IN_FLIGHT_PER_PEER", default_value_t = GrpcLimits::default().conn.max_in_flight_per_peer)]
+    grpc_max_in_flight_per_peer: usize,
     /// Close a connection that has not sent its HTTP/2 preface (admin: any
     /// byte; TLS: finished its handshake) within this.
     #[arg(long, env = "SLUICE_HANDSHAKE_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
@@ -436,6 +442,7 @@ impl ConnArgs {
                 max_connections: self.grpc_max_connections,
                 max_per_peer: self.grpc_max_connections_per_peer,
                 handshake_timeout: self.handshake_timeout,
+                max_in_flight_per_peer: self.grpc_max_in_flight_per_peer,
                 idle_timeout: self.grpc_idle_timeout,
                 // A peer that takes none of our bytes is as dead as one that
                 // does not answer a PING.
@@ -459,6 +466,7 @@ impl ConnArgs {
                 max_connections: self.admin_max_connections,
                 max_per_peer: self.admin_max_connections_per_peer,
                 handshake_timeout: self.handshake_timeout,
+                max_in_flight_per_peer: 0,
                 idle_timeout: self.admin_idle_timeout,
                 write_stall: self.admin_idle_timeout,
             },

@@ -151,6 +151,7 @@ impl Default for GrpcLimits {
                 max_connections: 4096,
                 max_per_peer: 512,
                 handshake_timeout: Duration::from_secs(5),
+                max_in_flight_per_peer: 512,
                 idle_timeout: Duration::from_secs(300),
                 write_stall: Duration::from_secs(20),
             },

@@ -9,6 +9,13 @@ use tokio::time::Instant;
 
 use super::seats::Peer;
 
+/// Requests in flight over all of one peer's connections: past its share,
+/// sluice stops reading from that peer's connections until some finish.
+#[derive(Debug, Default)]
+pub(crate) struct PeerLoad {
+    in_flight: AtomicUsize,
+}
+
 /// A connection's activity: requests in flight, bodies still arriving, and
 /// when something last happened.
 #[derive(Debug)]
@@ -29,6 +36,8 @@ pub(crate) struct Activity {
     established: AtomicBool,
     /// Whom the connection is counted against.
     pub(crate) peer: Peer,
+    /// That peer's requests in flight, shared by its connections.
+    load: Arc<PeerLoad>,
 }
 
 impl Activity {
@@ -38,8 +47,13 @@ impl Activity {
     }
 
     pub(crate) fn of(peer: Peer) -> Activity {
+        Activity::with_load(peer, Arc::default())
+    }
+
+    pub(crate) fn with_load(peer: Peer, load: Arc<PeerLoad>) -> Activity {
         Activity {
             peer,
+            load,
             base: Instant::now(),
             in_flight: AtomicUsize::new(0),
             reading: AtomicUsize::new(0),
@@ -60,7 +74,13 @@ impl Activity {
     /// busy whatever `last_ms` says, and the guard records the end.)
     pub(crate) fn start(self: &Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Relaxed);
+        self.load.in_flight.fetch_add(1, Relaxed);
         InFlight(self.clone())
+    }
+
+    /// Requests in flight over all of this connection's peer's connections.
+    pub(crate) fn peer_in_flight(&self) -> usize {
+        self.load.in_flight.load(Relaxed)
     }
 
     /// Marks a request body as arriving; [`Activity::body_done`] ends it.
@@ -110,5 +130,6 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.touch();
         self.0.in_flight.fetch_sub(1, Relaxed);
+        self.0.load.in_flight.fetch_sub(1, Relaxed);
     }
 }

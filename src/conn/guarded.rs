@@ -21,6 +21,9 @@ use crate::metrics::{Bound, Metrics};
 /// has spoken.
 const H2_PREFACE: usize = 24;
 
+/// How often a connection paused for its peer's load looks again.
+const PAUSE_RECHECK: Duration = Duration::from_millis(1);
+
 /// Whose activity keeps a connection open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum IdleBy {
@@ -44,6 +47,10 @@ pub(crate) struct Guarded<IO> {
     stall: Duration,
     /// Set while a write waits for the peer to take bytes.
     blocked: Option<Pin<Box<Sleep>>>,
+    /// `max_in_flight_per_peer`, and the timer that looks again while the
+    /// peer is over it.
+    peer_share: usize,
+    paused: Option<Pin<Box<Sleep>>>,
     /// The reader held back while writes are blocked.
     reader: Option<Waker>,
     metrics: Arc<Metrics>,
@@ -64,6 +71,11 @@ impl<IO> Guarded<IO> {
             idle: limits.idle_timeout,
             stall: limits.write_stall,
             blocked: None,
+            peer_share: match by {
+                IdleBy::Requests => limits.max_in_flight_per_peer,
+                IdleBy::Reads => 0,
+            },
+            paused: None,
             reader: None,
             metrics: ticket.metrics.clone(),
             _ticket: ticket,
@@ -117,6 +129,36 @@ impl<IO> Guarded<IO> {
         Some(Poll::Pending)
     }
 
+    /// Pending while the peer has more requests in flight than its share,
+    /// looking again every [`PAUSE_RECHECK`]: its connections are not read
+    /// (their bytes wait in the kernel and the peer's own buffers), so a
+    /// flood from one peer cannot queue more work ahead of everyone else's.
+    fn poll_paused(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.peer_share == 0 || self.activity.peer_in_flight() < self.peer_share {
+            self.paused = None;
+            return Poll::Ready(());
+        }
+        if self.paused.is_none() && self.metrics.bound_hit(Bound::PeerPaused, 1) {
+            tracing::warn!(
+                peer = %self.activity.peer.masked(),
+                "a peer has --grpc-max-in-flight-per-peer requests in flight; not reading from its connections until some finish (logged once per 10 s)"
+            );
+        }
+        loop {
+            let timer = self
+                .paused
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep(PAUSE_RECHECK)));
+            if timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            if self.activity.peer_in_flight() < self.peer_share {
+                self.paused = None;
+                return Poll::Ready(());
+            }
+            self.paused = None;
+        }
+    }
+
     /// Pending until the idle timeout has passed with nothing happening.
     fn poll_idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if self.evicted.as_mut().poll(cx).is_ready() {
@@ -161,6 +203,9 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
     ) -> Poll<io::Result<()>> {
         if let Some(stalled) = self.poll_stalled(cx) {
             return stalled;
+        }
+        if self.poll_paused(cx).is_pending() {
+            return Poll::Pending;
         }
         let before = buf.filled().len();
         match Pin::new(&mut self.io).poll_read(cx, buf) {
@@ -249,6 +294,7 @@ mod tests {
             max_connections: 1,
             max_per_peer: 1,
             handshake_timeout: Duration::from_secs(idle),
+            max_in_flight_per_peer: 0,
             idle_timeout: Duration::from_secs(idle),
             write_stall: Duration::from_secs(5),
         }
@@ -363,5 +409,27 @@ mod tests {
         close.cancel();
         let e = g.read(&mut buf).await.expect_err("closed");
         assert_eq!(e.kind(), io::ErrorKind::ConnectionAborted);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_peer_over_its_share_is_not_read_until_a_request_ends() {
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut l = limits(300);
+        l.max_in_flight_per_peer = 1;
+        let t = ticket();
+        let activity = t.activity.clone();
+        let mut g = Guarded::new(server, t, l, IdleBy::Requests);
+        activity.establish();
+        let busy = activity.start();
+        client.write_all(b"more").await.expect("client writes");
+        let mut buf = [0u8; 4];
+        let read = tokio::time::timeout(Duration::from_secs(1), g.read(&mut buf)).await;
+        assert!(read.is_err(), "read while the peer is at its share");
+        drop(busy);
+        assert_eq!(
+            g.read(&mut buf).await.expect("read"),
+            4,
+            "read once one ends"
+        );
     }
 }

@@ -52,6 +52,10 @@ pub struct ConnLimits {
     /// Closed if it sends no preface (any byte on the admin port; the TLS
     /// handshake on TLS) within this.
     pub handshake_timeout: Duration,
+    /// Requests one peer may have in flight over all its connections; past
+    /// it nothing more is read from that peer until some finish (0: no
+    /// bound). gRPC only.
+    pub max_in_flight_per_peer: usize,
     /// Closed after this long without activity.
     pub idle_timeout: Duration,
     /// Closed when the peer takes none of our bytes for this long.
@@ -173,9 +177,8 @@ fn seat(
     kind: Listener,
     metrics: &Arc<Metrics>,
 ) -> Ticket {
-    let activity = Arc::new(Activity::of(peer));
     let close = CancellationToken::new();
-    let (held, evicted) = seats.seat(peer, activity.clone(), close.clone());
+    let (held, activity, evicted) = seats.seat(peer, close.clone());
     if let Some(e) = evicted {
         let bound = match kind {
             Listener::Grpc => Bound::GrpcEvicted,

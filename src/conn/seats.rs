@@ -15,7 +15,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use super::activity::Activity;
+use super::activity::{Activity, PeerLoad};
 
 /// Whom a connection is counted against: an IPv4 address, an IPv6 /64 (one
 /// host's usual allotment), or the Unix socket (every peer on this host).
@@ -73,6 +73,8 @@ struct Table {
     seats: HashMap<u64, Seat>,
     /// Seats per peer, not counting those closing.
     peers: HashMap<Peer, usize>,
+    /// Each peer's requests in flight, while it holds a seat.
+    loads: HashMap<Peer, Arc<PeerLoad>>,
     open: usize,
 }
 
@@ -102,10 +104,13 @@ pub(crate) struct Held {
 impl Drop for Held {
     fn drop(&mut self) {
         let mut t = self.seats.table.lock();
-        if let Some(seat) = t.seats.remove(&self.id)
-            && !seat.closing
-        {
-            t.release(seat.peer);
+        if let Some(seat) = t.seats.remove(&self.id) {
+            if !seat.closing {
+                t.release(seat.peer);
+            }
+            if !t.seats.values().any(|s| s.peer == seat.peer) {
+                t.loads.remove(&seat.peer);
+            }
         }
     }
 }
@@ -169,13 +174,15 @@ impl Seats {
 
     /// Seats a connection from `peer`, closing the least useful one first
     /// when a cap is full. `close` is cancelled if this one is evicted later.
+    /// The connection's activity shares its peer's load.
     pub(crate) fn seat(
         self: &Arc<Self>,
         peer: Peer,
-        activity: Arc<Activity>,
         close: CancellationToken,
-    ) -> (Held, Option<Evicted>) {
+    ) -> (Held, Arc<Activity>, Option<Evicted>) {
         let mut t = self.table.lock();
+        let load = t.loads.entry(peer).or_default().clone();
+        let activity = Arc::new(Activity::with_load(peer, load));
         let mut evicted = None;
         if t.held_by(peer) >= self.limits.per_peer {
             evicted = t.victim(Some(peer)).and_then(|id| t.evict(id, true));
@@ -188,7 +195,7 @@ impl Seats {
             id,
             Seat {
                 peer,
-                activity,
+                activity: activity.clone(),
                 close,
                 closing: false,
             },
@@ -201,6 +208,7 @@ impl Seats {
                 id,
                 seats: self.clone(),
             },
+            activity,
             evicted,
         )
     }

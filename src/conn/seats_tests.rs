@@ -11,9 +11,8 @@ struct Conn {
 }
 
 fn connect(seats: &Arc<Seats>, p: Peer) -> (Conn, Option<Evicted>) {
-    let activity = Arc::new(Activity::new());
     let close = CancellationToken::new();
-    let (held, evicted) = seats.seat(p, activity.clone(), close.clone());
+    let (held, activity, evicted) = seats.seat(p, close.clone());
     (
         Conn {
             activity,
@@ -114,4 +113,20 @@ fn ipv6_peers_are_counted_by_their_64() {
     let mapped: IpAddr = "::ffff:127.0.0.2".parse().unwrap();
     assert_eq!(Peer::of(mapped), peer(2));
     assert_eq!(peer(2).masked(), "127.0.x.x");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_peers_connections_share_one_load() {
+    let seats = Seats::new(SeatLimits {
+        total: 10,
+        per_peer: 10,
+    });
+    let a = connect(&seats, peer(2)).0;
+    let b = connect(&seats, peer(2)).0;
+    let other = connect(&seats, peer(3)).0;
+    let _x = a.activity.start();
+    let _y = b.activity.start();
+    assert_eq!(a.activity.peer_in_flight(), 2);
+    assert_eq!(b.activity.peer_in_flight(), 2);
+    assert_eq!(other.activity.peer_in_flight(), 0);
 }

@@ -26,6 +26,9 @@ pub enum Bound {
     /// A request body refused: the connection's or the process's request
     /// bytes in flight were at their bound.
     BodyBytes,
+    /// A peer's connections not read for a while: it had
+    /// `--grpc-max-in-flight-per-peer` requests in flight.
+    PeerPaused,
     /// A request answered at once because `--max-pending` decisions were
     /// already waiting for the store.
     Shed,
@@ -44,12 +47,13 @@ pub enum Bound {
 }
 
 impl Bound {
-    pub const ALL: [Bound; 11] = [
+    pub const ALL: [Bound; 12] = [
         Bound::GrpcEvicted,
         Bound::AdminEvicted,
         Bound::Handshake,
         Bound::BodyTimeout,
         Bound::BodyBytes,
+        Bound::PeerPaused,
         Bound::Shed,
         Bound::Abandoned,
         Bound::QuotaPeerStreams,
@@ -65,6 +69,7 @@ impl Bound {
             Bound::Handshake => "handshake_timeout",
             Bound::BodyTimeout => "body_timeout",
             Bound::BodyBytes => "body_bytes",
+            Bound::PeerPaused => "peer_paused",
             Bound::Shed => "shed",
             Bound::Abandoned => "abandoned",
             Bound::QuotaPeerStreams => "quota_peer_streams",

@@ -74,17 +74,6 @@ impl Sends {
         }
     }
 
-    pub(super) fn oldest(&self) -> u64 {
-        let now = self.now_ms();
-        self.slots
-            .iter()
-            .map(|s| s.load(Relaxed))
-            .filter(|a| *a != 0)
-            .map(|a| now.saturating_sub(a - 1))
-            .max()
-            .unwrap_or(0)
-    }
-
     /// Whether some call has been unanswered for at least `wait`.
     pub(super) fn stalled(&self, wait: Duration) -> bool {
         let now = self.now_ms();
@@ -114,10 +103,6 @@ impl Batcher {
         let sends = Arc::new(Sends::new(in_flight.max(1)));
         tokio::spawn(drive(rx, pool, script, sends.clone()));
         Batcher { tx, sends }
-    }
-
-    pub(super) fn oldest(&self) -> u64 {
-        self.sends.oldest()
     }
 
     /// Whether a script call has gone unanswered for at least `wait`.

@@ -8,14 +8,20 @@
 
 use std::future::Future;
 
+use std::sync::Arc;
 use tokio::runtime::{Builder, Handle};
+
 use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
 
 use super::StoreError;
+use super::lag::Lag;
 
 /// The thread's runtime; the thread ends when this is dropped.
 pub(super) struct IoThread {
     handle: Handle,
+    /// How late the thread itself runs (the OS may keep it off a core).
+    lag: Arc<Lag>,
     _stop: oneshot::Sender<()>,
 }
 
@@ -32,6 +38,9 @@ impl IoThread {
             .build()
             .map_err(|e| StoreError::Unavailable(format!("redis I/O thread: {e}")))?;
         let handle = rt.handle().clone();
+        let lag = Arc::new(Lag::new());
+        let watch = lag.clone();
+        handle.spawn(async move { watch.watch(CancellationToken::new()).await });
         let (stop, stopped) = oneshot::channel::<()>();
         std::thread::Builder::new()
             .name("sluice-redis-io".into())
@@ -43,8 +52,15 @@ impl IoThread {
             .map_err(|e| StoreError::Unavailable(format!("redis I/O thread: {e}")))?;
         Ok(IoThread {
             handle,
+            lag,
             _stop: stop,
         })
+    }
+
+    /// How late the thread has run lately: a call timed while it ran late
+    /// by that much was slowed by this process, not by Redis.
+    pub(super) fn lag(&self) -> std::time::Duration {
+        self.lag.recent()
     }
 
     /// Runs `fut` on the I/O thread (so whatever it spawns lives there).
