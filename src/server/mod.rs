@@ -17,12 +17,10 @@ use tracing::{info, warn};
 use crate::admin::{self, AdminLimits, AdminState};
 use crate::config::watch;
 use crate::config::xds::{self, XdsConfig};
-use crate::conn::{
-    self, Activity, BodyBudget, ConnLimits, Guarded, IdleBy, InFlight, Metered, Watch,
-};
+use crate::conn::{self, BodyBudget, ConnLimits, Guarded, IdleBy, Watch};
 use crate::console::{self, Console};
 use crate::limiter::Now;
-use crate::metrics::{Bound, Listener, Metrics, Outcome};
+use crate::metrics::Listener;
 use crate::quota::{self, QuotaOptions, QuotaService};
 use crate::service::RateLimiter;
 use crate::statsd::{self, StatsdConfig};
@@ -103,65 +101,6 @@ pub struct ServeOptions {
     pub xds: Option<XdsConfig>,
     /// Bounds and timings of the quota (RLQS) service.
     pub quota: QuotaOptions,
-}
-
-/// What one client may hold on the gRPC listener.
-#[derive(Debug, Clone, Copy)]
-pub struct GrpcLimits {
-    pub conn: ConnLimits,
-    /// Concurrent HTTP/2 streams per connection.
-    pub max_streams: u32,
-    /// Streams refused or reset by sluice on one connection before it is
-    /// closed with GOAWAY (ENHANCE_YOUR_CALM).
-    pub max_reset_streams: usize,
-    /// HTTP/2 PING interval, and how long an answer may take before the
-    /// connection is dropped as dead.
-    pub keepalive_interval: Duration,
-    pub keepalive_timeout: Duration,
-    /// Bounds on request bodies.
-    pub body: BodyLimits,
-}
-
-/// Bounds on `ShouldRateLimit` request bodies still arriving.
-#[derive(Debug, Clone, Copy)]
-pub struct BodyLimits {
-    /// A body not whole within this is refused (`--body-timeout`).
-    pub timeout: Duration,
-    /// Bytes received and not yet decoded, per connection.
-    pub per_connection: usize,
-    /// The same over the process; past it, connections above their even
-    /// share are refused.
-    pub per_process: usize,
-}
-
-impl Default for BodyLimits {
-    fn default() -> Self {
-        BodyLimits {
-            timeout: Duration::from_secs(5),
-            per_connection: 4 << 20,
-            per_process: 256 << 20,
-        }
-    }
-}
-
-impl Default for GrpcLimits {
-    fn default() -> Self {
-        GrpcLimits {
-            conn: ConnLimits {
-                max_connections: 4096,
-                max_per_peer: 512,
-                handshake_timeout: Duration::from_secs(5),
-                max_in_flight_per_peer: 512,
-                idle_timeout: Duration::from_secs(300),
-                write_stall: Duration::from_secs(20),
-            },
-            max_streams: 1024,
-            max_reset_streams: 1024,
-            keepalive_interval: Duration::from_secs(60),
-            keepalive_timeout: Duration::from_secs(20),
-            body: BodyLimits::default(),
-        }
-    }
 }
 
 /// Serves until `shutdown` resolves or `token` is cancelled, then drains for
@@ -420,124 +359,7 @@ pub fn signal() -> impl Future<Output = ()> + Send + 'static {
     }
 }
 
-/// The RLS service with its guard: each request is reported to its
-/// connection's idle timer, and a request tonic refuses before sluice sees it
-/// (over `--max-request-bytes`, which tonic answers OUT_OF_RANGE, or not
-/// decodable: bad wire format, invalid UTF-8, which tonic answers INTERNAL)
-/// is a malformed request like any other: INVALID_ARGUMENT, counted invalid.
-#[derive(Clone)]
-struct Guard<S> {
-    inner: S,
-    metrics: Arc<Metrics>,
-    /// How each request's body is watched.
-    watch: Watch,
-}
-
-impl<S: tonic::server::NamedService> tonic::server::NamedService for Guard<S> {
-    const NAME: &'static str = S::NAME;
-}
-
-impl<S, B, R> tonic::codegen::Service<tonic::codegen::http::Request<B>> for Guard<S>
-where
-    S: tonic::codegen::Service<
-            tonic::codegen::http::Request<Metered<B>>,
-            Response = tonic::codegen::http::Response<R>,
-        >,
-    // tonic's generated services answer with a boxed future already, so
-    // wrapping it costs no allocation.
-    S::Future: Unpin,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = Rewrite<S::Future>;
-
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: tonic::codegen::http::Request<B>) -> Self::Future {
-        // Every connection is guarded; a request without one (none today)
-        // is watched as if alone on its connection.
-        let conn = req
-            .extensions()
-            .get::<Arc<Activity>>()
-            .cloned()
-            .unwrap_or_else(|| Arc::new(Activity::new()));
-        let busy = Some(conn.start());
-        let watch = self.watch.clone();
-        let req = req.map(|body| Metered::new(body, watch, conn));
-        Rewrite {
-            inner: self.inner.call(req),
-            metrics: self.metrics.clone(),
-            started: std::time::Instant::now(),
-            _busy: busy,
-            answered: false,
-        }
-    }
-}
-
-/// The answer of [`Guard`], rewritten as it completes.
-pub struct Rewrite<F> {
-    inner: F,
-    metrics: Arc<Metrics>,
-    started: std::time::Instant,
-    _busy: Option<InFlight>,
-    answered: bool,
-}
-
-impl<F> Drop for Rewrite<F> {
-    /// A call dropped unanswered: its caller reset it or its `grpc-timeout`
-    /// passed (tonic drops it then).
-    fn drop(&mut self) {
-        if !self.answered && self.metrics.bound_hit(Bound::Abandoned, 1) {
-            tracing::info!(
-                "a call was abandoned by its caller (reset, or past its grpc-timeout) before sluice answered (logged once per 10 s; sluice_bound_hits_total{{bound=\"abandoned\"}} counts each)"
-            );
-        }
-    }
-}
-
-/// Whether tonic refused the request before the handler ran: a message over
-/// the size limit, or one that does not decode.
-fn refused_by_tonic(headers: &tonic::codegen::http::HeaderMap) -> bool {
-    match headers.get("grpc-status").map(|v| v.as_bytes()) {
-        Some(b"11") => true,
-        Some(b"13") => headers
-            .get("grpc-message")
-            .is_some_and(|m| m.as_bytes().starts_with(b"failed%20to%20decode")),
-        _ => false,
-    }
-}
-
-impl<F, R, E> Future for Rewrite<F>
-where
-    F: Future<Output = Result<tonic::codegen::http::Response<R>, E>> + Unpin,
-{
-    type Output = F::Output;
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        let this = &mut *self;
-        let polled = std::pin::Pin::new(&mut this.inner).poll(cx);
-        if polled.is_ready() {
-            this.answered = true;
-        }
-        polled.map_ok(|mut resp| {
-            // Trailers-only answers carry the status in the headers.
-            if refused_by_tonic(resp.headers()) {
-                resp.headers_mut().insert(
-                    "grpc-status",
-                    tonic::codegen::http::HeaderValue::from_static("3"),
-                );
-                this.metrics
-                    .request(Outcome::Invalid, this.started.elapsed());
-            }
-            resp
-        })
-    }
-}
+mod guard;
+mod limits;
+use guard::Guard;
+pub use limits::{BodyLimits, GrpcLimits};

@@ -1,0 +1,64 @@
+//! The bounds of the gRPC listener, with their defaults (each a flag).
+
+use std::time::Duration;
+
+use crate::conn::ConnLimits;
+
+/// What one client may hold on the gRPC listener.
+#[derive(Debug, Clone, Copy)]
+pub struct GrpcLimits {
+    pub conn: ConnLimits,
+    /// Concurrent HTTP/2 streams per connection.
+    pub max_streams: u32,
+    /// Streams refused or reset by sluice on one connection before it is
+    /// closed with GOAWAY (ENHANCE_YOUR_CALM).
+    pub max_reset_streams: usize,
+    /// HTTP/2 PING interval, and how long an answer may take before the
+    /// connection is dropped as dead.
+    pub keepalive_interval: Duration,
+    pub keepalive_timeout: Duration,
+    /// Bounds on request bodies.
+    pub body: BodyLimits,
+}
+
+/// Bounds on `ShouldRateLimit` request bodies still arriving.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimits {
+    /// A body not whole within this is refused (`--body-timeout`).
+    pub timeout: Duration,
+    /// Bytes received and not yet decoded, per connection.
+    pub per_connection: usize,
+    /// The same over the process; past it, connections above their even
+    /// share are refused.
+    pub per_process: usize,
+}
+
+impl Default for BodyLimits {
+    fn default() -> Self {
+        BodyLimits {
+            timeout: Duration::from_secs(5),
+            per_connection: 4 << 20,
+            per_process: 256 << 20,
+        }
+    }
+}
+
+impl Default for GrpcLimits {
+    fn default() -> Self {
+        GrpcLimits {
+            conn: ConnLimits {
+                max_connections: 4096,
+                max_per_peer: 512,
+                handshake_timeout: Duration::from_secs(5),
+                max_in_flight_per_peer: 512,
+                idle_timeout: Duration::from_secs(300),
+                write_stall: Duration::from_secs(20),
+            },
+            max_streams: 1024,
+            max_reset_streams: 1024,
+            keepalive_interval: Duration::from_secs(60),
+            keepalive_timeout: Duration::from_secs(20),
+            body: BodyLimits::default(),
+        }
+    }
+}
