@@ -97,7 +97,8 @@ impl Stream {
 
 /// One peer opens 100 streams that never send: it gets its share (8) and
 /// no more; an Envoy from another address still gets its stream and its
-/// assignment. The silent ones end at the first-report timeout.
+/// assignment. The silent ones end at the first-report timeout (long
+/// enough that none ends while the hundred are opened).
 #[tokio::test]
 async fn silent_quota_streams_take_one_peers_share_and_then_end() {
     let s = Sluice::start(
@@ -106,7 +107,7 @@ async fn silent_quota_streams_take_one_peers_share_and_then_end() {
             "--quota-max-streams-per-peer",
             "8",
             "--quota-first-report-timeout",
-            "2s",
+            "5s",
         ],
     );
     let attacker = channel([127, 0, 0, 2], &s);

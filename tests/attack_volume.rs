@@ -77,7 +77,9 @@ async fn silent_connections_from_one_peer_never_lock_out_another() {
     }
     assert!(bound(&s, "grpc_connection_evicted") >= 300.0);
     assert!(bound(&s, "admin_connection_evicted") >= 80.0);
-    assert!(metric(&s.get("/metrics").1, "sluice_grpc_connections").unwrap() <= 64.0);
+    // The cap, plus those closed to make room and not yet gone (the hard
+    // bound on descriptors: the cap and a sixteenth, at least 16 more).
+    assert!(metric(&s.get("/metrics").1, "sluice_grpc_connections").unwrap() <= 80.0);
     assert!(s.logs_contain("closed that peer's least useful connection"));
 }
 
@@ -119,10 +121,9 @@ async fn a_peer_over_its_share_loses_only_its_own_and_silence_is_closed() {
             .await
             .is_ok()
     );
-    assert_eq!(
-        metric(&s.get("/metrics").1, "sluice_grpc_connections"),
-        Some(1.0)
-    );
+    assert!(eventually(Duration::from_secs(5), || {
+        metric(&s.get("/metrics").1, "sluice_grpc_connections") == Some(1.0)
+    }));
 }
 
 /// Raw HTTP/2: `n` ShouldRateLimit streams, each sending a `size`-byte
