@@ -16,6 +16,7 @@ use rustls::server::WebPkiClientVerifier;
 use tokio::net::TcpStream;
 
 use crate::conn::{Admitted, ConnLimits, Guarded, IdleBy};
+use crate::metrics::Bound;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_util::sync::CancellationToken;
@@ -210,7 +211,14 @@ pub(crate) fn incoming(
                             .await;
                     }
                     Ok(Err(e)) => debug!(error = %e, "gRPC TLS handshake failed"),
-                    Err(_) => debug!("gRPC TLS handshake timed out"),
+                    Err(_) => {
+                        debug!("gRPC TLS handshake timed out");
+                        if ticket.metrics().bound_hit(Bound::Handshake, 1) {
+                            warn!(
+                                "closed a connection that finished no TLS handshake within --handshake-timeout (logged once per 10 s)"
+                            );
+                        }
+                    }
                 }
             });
         }

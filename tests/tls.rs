@@ -240,3 +240,44 @@ async fn a_client_certificate_must_carry_the_required_name() {
         "served for localhost, refused for another name"
     );
 }
+
+/// A connection to the TLS listener that never starts its handshake is
+/// closed at `--handshake-timeout`, and counted.
+#[tokio::test]
+async fn a_silent_tls_client_is_closed_at_the_handshake_timeout() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    certificates(dir.path());
+    let path = |f: &str| dir.path().join(f).display().to_string();
+    let s = Sluice::start(
+        &[("web.yaml", "domain: web\ndescriptors:\n  - key: k\n")],
+        &[
+            "--grpc-tls-cert",
+            &path("server.pem"),
+            "--grpc-tls-key",
+            &path("server.key"),
+            "--handshake-timeout",
+            "1s",
+        ],
+    );
+    let mut silent = std::net::TcpStream::connect(s.grpc).unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    let mut buf = [0u8; 16];
+    // Closed by sluice (end of stream), not by the read timeout.
+    match silent.read(&mut buf) {
+        Ok(n) => assert_eq!(n, 0, "sluice sent bytes to a silent client"),
+        Err(e) => assert!(
+            !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+            "still open after 15 s: {e}"
+        ),
+    }
+    assert!(common::eventually(
+        Duration::from_secs(5),
+        || common::bound(&s, "handshake_timeout") >= 1.0
+    ));
+}

@@ -74,6 +74,13 @@ pub(crate) struct Ticket {
     listener: Listener,
 }
 
+impl Ticket {
+    /// The metrics the connection counts into.
+    pub(crate) fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+}
+
 impl Drop for Ticket {
     fn drop(&mut self) {
         self.metrics.connection(self.listener, false);
