@@ -96,25 +96,31 @@ pub struct Metered<B> {
     conn: Arc<Activity>,
     /// Bytes taken from the budget (unary).
     held: usize,
-    timer: Pin<Box<Sleep>>,
+    /// Armed only once the body is not there when asked: a body that
+    /// arrives whole (every Envoy request) costs no timer.
+    timer: Option<Pin<Box<Sleep>>>,
+    /// How long the body may then take.
+    wait: Duration,
     done: bool,
 }
 
 impl<B> Metered<B> {
     pub(crate) fn new(inner: B, watch: Watch, conn: Arc<Activity>) -> Metered<B> {
-        let first = match &watch {
+        let (wait, timer) = match &watch {
             Watch::Unary(b) => {
                 conn.body_started();
-                b.timeout
+                (b.timeout, None)
             }
-            Watch::Stream { first, .. } => *first,
+            // A stream's first report is due from the stream's start.
+            Watch::Stream { first, .. } => (*first, Some(Box::pin(tokio::time::sleep(*first)))),
         };
         Metered {
             inner,
             watch,
             conn,
             held: 0,
-            timer: Box::pin(tokio::time::sleep(first)),
+            timer,
+            wait,
             done: false,
         }
     }
@@ -157,7 +163,10 @@ impl<B> Metered<B> {
             }
             Watch::Stream { idle, .. } => {
                 let at = Instant::now() + *idle;
-                self.timer.as_mut().reset(at);
+                match &mut self.timer {
+                    Some(t) => t.as_mut().reset(at),
+                    None => self.timer = Some(Box::pin(tokio::time::sleep_until(at))),
+                }
             }
         }
         Ok(())
@@ -209,7 +218,11 @@ where
                 Poll::Ready(Some(Err(e.into())))
             }
             Poll::Pending => {
-                if this.timer.as_mut().poll(cx).is_pending() {
+                let wait = this.wait;
+                let timer = this
+                    .timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(wait)));
+                if timer.as_mut().poll(cx).is_pending() {
                     return Poll::Pending;
                 }
                 let (bound, why) = match this.watch {
