@@ -67,9 +67,9 @@ impl Default for Settings {
 /// Who asks, as far as the store call cares: the caller's deadline and its
 /// connection (for its share of `--max-pending`).
 #[derive(Default)]
-pub(crate) struct Call {
+pub(crate) struct Call<'a> {
     deadline: Option<tokio::time::Instant>,
-    conn: Option<Arc<Activity>>,
+    conn: Option<&'a Activity>,
 }
 
 /// Why a request got no decision.
@@ -144,7 +144,7 @@ impl RateLimiter {
     async fn handle_call(
         &self,
         req: RateLimitRequest,
-        call: &Call,
+        call: &Call<'_>,
     ) -> Result<RateLimitResponse, ServiceError> {
         let started = Instant::now();
         let result = match Request::parse(req, &self.settings.limits) {
@@ -172,7 +172,7 @@ impl RateLimiter {
     async fn decide_call(
         &self,
         req: Request,
-        call: &Call,
+        call: &Call<'_>,
     ) -> Result<RateLimitResponse, ServiceError> {
         let now_ms = Now::wall_ms();
         let now = Now(now_ms / 1000);
@@ -194,7 +194,7 @@ impl RateLimiter {
             })
             .collect();
         if self.settings.knobs.stop_when_over && increments.len() > 1 {
-            self.spare_the_others(&mut increments, now_ms).await?;
+            self.spare_the_others(&mut increments, now_ms, call).await?;
         }
         let counts = if increments.is_empty() {
             Vec::new()
@@ -297,11 +297,16 @@ impl RateLimiter {
     /// The store's counts for `increments`, unless sluice is too busy to
     /// ask in time: past `--max-pending` (and the connection's share) the
     /// request is shed at once ([`crate::store::shed`]).
-    async fn count(&self, increments: &[Increment], call: &Call) -> Result<Vec<Tally>, StoreError> {
-        let open = self
-            .metrics
-            .open_connections(crate::metrics::Listener::Grpc);
-        let Some(_slot) = self.pending.enter(call.conn.as_deref(), open) else {
+    async fn count(
+        &self,
+        increments: &[Increment],
+        call: &Call<'_>,
+    ) -> Result<Vec<Tally>, StoreError> {
+        let open = || {
+            self.metrics
+                .open_connections(crate::metrics::Listener::Grpc)
+        };
+        let Some(_slot) = self.pending.enter(call.conn, open) else {
             if self.metrics.bound_hit(crate::metrics::Bound::Shed, 1) {
                 tracing::warn!(
                     max_pending = self.settings.max_pending,
@@ -327,6 +332,7 @@ impl RateLimiter {
         &self,
         increments: &mut [Increment],
         now_ms: u64,
+        call: &Call<'_>,
     ) -> Result<(), ServiceError> {
         let peek: Vec<Increment> = increments
             .iter()
@@ -335,7 +341,9 @@ impl RateLimiter {
                 ..i.clone()
             })
             .collect();
-        let seen = expect_counts(self.store.increment(&peek).await?, peek.len())?;
+        // The read is a store call like the increment: under the same
+        // `--max-pending` and the caller's deadline.
+        let seen = expect_counts(self.count(&peek, call).await?, peek.len())?;
         let over: Vec<bool> = increments
             .iter()
             .zip(&seen)
@@ -375,11 +383,14 @@ impl RateLimitService for RateLimiter {
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, Status> {
         let span = telemetry::enabled().then(|| telemetry::decision_span(request.metadata()));
+        // Taken apart so the call borrows its connection instead of
+        // cloning it.
+        let (metadata, extensions, message) = request.into_parts();
         let call = Call {
-            deadline: admission::deadline(request.metadata()),
-            conn: request.extensions().get::<Arc<Activity>>().cloned(),
+            deadline: admission::deadline(&metadata),
+            conn: extensions.get::<Arc<Activity>>().map(|a| &**a),
         };
-        let answer = telemetry::within(span, self.handle_call(request.into_inner(), &call)).await?;
+        let answer = telemetry::within(span, self.handle_call(message, &call)).await?;
         Ok(tonic::Response::new(answer))
     }
 }

@@ -43,11 +43,7 @@ pub(crate) struct Activity {
 impl Activity {
     /// A connection seen alone (tests, and a request without one).
     pub(crate) fn new() -> Activity {
-        Activity::of(Peer::Local)
-    }
-
-    pub(crate) fn of(peer: Peer) -> Activity {
-        Activity::with_load(peer, Arc::default())
+        Activity::with_load(Peer::Local, Arc::default())
     }
 
     pub(crate) fn with_load(peer: Peer, load: Arc<PeerLoad>) -> Activity {

@@ -73,8 +73,9 @@ struct Table {
     seats: HashMap<u64, Seat>,
     /// Seats per peer, not counting those closing.
     peers: HashMap<Peer, usize>,
-    /// Each peer's requests in flight, while it holds a seat.
-    loads: HashMap<Peer, Arc<PeerLoad>>,
+    /// Each peer's requests in flight, and its seats closing ones included:
+    /// the load goes with the peer's last seat.
+    loads: HashMap<Peer, (Arc<PeerLoad>, usize)>,
     open: usize,
 }
 
@@ -108,8 +109,11 @@ impl Drop for Held {
             if !seat.closing {
                 t.release(seat.peer);
             }
-            if !t.seats.values().any(|s| s.peer == seat.peer) {
-                t.loads.remove(&seat.peer);
+            if let Some((_, n)) = t.loads.get_mut(&seat.peer) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    t.loads.remove(&seat.peer);
+                }
             }
         }
     }
@@ -181,7 +185,11 @@ impl Seats {
         close: CancellationToken,
     ) -> (Held, Arc<Activity>, Option<Evicted>) {
         let mut t = self.table.lock();
-        let load = t.loads.entry(peer).or_default().clone();
+        let load = {
+            let (load, n) = t.loads.entry(peer).or_default();
+            *n += 1;
+            load.clone()
+        };
         let activity = Arc::new(Activity::with_load(peer, load));
         let mut evicted = None;
         if t.held_by(peer) >= self.limits.per_peer {
@@ -211,6 +219,12 @@ impl Seats {
             activity,
             evicted,
         )
+    }
+
+    /// Peers whose load is kept.
+    #[cfg(test)]
+    pub(crate) fn loads(&self) -> usize {
+        self.table.lock().loads.len()
     }
 
     /// Seats counted now (those asked to close are not).

@@ -129,4 +129,6 @@ async fn a_peers_connections_share_one_load() {
     assert_eq!(a.activity.peer_in_flight(), 2);
     assert_eq!(b.activity.peer_in_flight(), 2);
     assert_eq!(other.activity.peer_in_flight(), 0);
+    drop((a, b, other, _x, _y));
+    assert_eq!(seats.loads(), 0, "a peer's load goes with its last seat");
 }

@@ -152,7 +152,11 @@ pub(crate) struct Shared {
 
 /// One bucket's place under `--quota-max-total-buckets` and its peer's
 /// `--quota-max-buckets-per-peer`.
-pub(crate) struct Place(Arc<Shared>, #[allow(dead_code)] peers::PeerHold);
+pub(crate) struct Place {
+    shared: Arc<Shared>,
+    /// The peer's share, given back with the place.
+    _peer: peers::PeerHold,
+}
 
 impl Place {
     /// A place, if the instance holds fewer buckets than its cap and the
@@ -164,13 +168,16 @@ impl Place {
             .held
             .fetch_update(Relaxed, Relaxed, |n| (n < cap).then_some(n + 1))
             .map_err(|_| Skip::TooManyBuckets)?;
-        Ok(Place(shared.clone(), hold))
+        Ok(Place {
+            shared: shared.clone(),
+            _peer: hold,
+        })
     }
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
-        self.0.held.fetch_sub(1, Relaxed);
+        self.shared.held.fetch_sub(1, Relaxed);
     }
 }
 

@@ -55,7 +55,7 @@ where
             .get::<Arc<Activity>>()
             .cloned()
             .unwrap_or_else(|| Arc::new(Activity::new()));
-        let busy = Some(conn.start());
+        let busy = conn.start();
         let watch = self.watch.clone();
         let req = req.map(|body| Metered::new(body, watch, conn));
         Rewrite {
@@ -73,7 +73,7 @@ pub struct Rewrite<F> {
     inner: F,
     metrics: Arc<Metrics>,
     started: std::time::Instant,
-    _busy: Option<InFlight>,
+    _busy: InFlight,
     answered: bool,
 }
 

@@ -42,9 +42,14 @@ impl Pending {
         }
     }
 
-    /// A place for a decision from `conn` (one of `open` connections), or
-    /// `None` when the bound is reached and `conn` holds its even share.
-    pub(crate) fn enter<'a>(&'a self, conn: Option<&'a Activity>, open: u64) -> Option<Slot<'a>> {
+    /// A place for a decision from `conn`, or `None` when the bound is
+    /// reached and `conn` holds its even share of the `open()` connections
+    /// (only counted then).
+    pub(crate) fn enter<'a>(
+        &'a self,
+        conn: Option<&'a Activity>,
+        open: impl FnOnce() -> u64,
+    ) -> Option<Slot<'a>> {
         let before = self.n.fetch_add(1, Relaxed);
         let mine = conn.map_or(0, |c| c.pending.fetch_add(1, Relaxed));
         let slot = Slot {
@@ -54,7 +59,7 @@ impl Pending {
         if before < self.max {
             return Some(slot);
         }
-        let share = self.max / usize::try_from(open.max(1)).unwrap_or(usize::MAX);
+        let share = self.max / usize::try_from(open().max(1)).unwrap_or(usize::MAX);
         (conn.is_some() && mine < share.max(1)).then_some(slot)
     }
 }
@@ -104,20 +109,20 @@ mod tests {
         let p = Pending::new(4);
         let flood = Activity::new();
         let honest = Activity::new();
-        let held: Vec<Slot<'_>> = (0..4).filter_map(|_| p.enter(Some(&flood), 2)).collect();
+        let held: Vec<Slot<'_>> = (0..4).filter_map(|_| p.enter(Some(&flood), || 2)).collect();
         assert_eq!(held.len(), 4);
         assert!(
-            p.enter(Some(&flood), 2).is_none(),
+            p.enter(Some(&flood), || 2).is_none(),
             "the flood holds its share"
         );
-        let h = p.enter(Some(&honest), 2);
+        let h = p.enter(Some(&honest), || 2);
         assert!(
             h.is_some(),
             "an honest connection under its share is not shed"
         );
-        assert!(p.enter(None, 2).is_none(), "no connection: no share");
+        assert!(p.enter(None, || 2).is_none(), "no connection: no share");
         drop(held);
         drop(h);
-        assert!(p.enter(Some(&flood), 2).is_some(), "places come back");
+        assert!(p.enter(Some(&flood), || 2).is_some(), "places come back");
     }
 }
