@@ -5,6 +5,8 @@
 //!   `/console.css`), reading `GET /api/console` (JSON).
 //! - `GET /healthz`: 200 `OK` while the process serves.
 //! - `GET /readyz`: JSON with the overall status, the store and the config.
+//! - `GET /healthcheck`: the reference's probe (200 `OK` or 500), see
+//!   [`HealthcheckPolicy`].
 //! - `GET /metrics`: Prometheus text.
 //! - `GET /rlconfig`: the active rules, one per line, sorted.
 //! - `POST /json`: protojson `RateLimitRequest` in, `RateLimitResponse` out.
@@ -50,8 +52,23 @@ pub struct AdminState {
     /// stop sending before the process goes.
     pub draining: Arc<AtomicBool>,
     pub access: Arc<AdminAccess>,
+    pub healthcheck: HealthcheckPolicy,
     /// What the console page shows.
     pub console: Arc<Console>,
+}
+
+/// What `GET /healthcheck` requires besides not shutting down, as the
+/// reference's health checker does: the store has answered once since start
+/// (a store down later keeps it passing, since the failure policy still
+/// answers), and optionally rules loaded and the store up right now.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HealthcheckPolicy {
+    /// Fail until at least one domain is loaded (the reference's
+    /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`).
+    pub needs_rules: bool,
+    /// Fail while the store is down, not only before it first answered
+    /// (`REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`).
+    pub needs_store_now: bool,
 }
 
 /// Who may talk to the admin port, beyond loopback addresses.
@@ -96,6 +113,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/console.css", get(console_style))
         .route("/api/console", get(console_api))
         .route("/healthz", get(|| async { "OK" }))
+        .route("/healthcheck", get(healthcheck))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/rlconfig", get(rlconfig))
@@ -264,6 +282,30 @@ async fn console_style() -> Response {
 async fn console_api(State(s): State<AdminState>) -> Response {
     let status = overall(&s, s.limiter.store().health().healthy);
     axum::Json(console::document(&s.console, &s.limiter, status)).into_response()
+}
+
+/// The reference's probe: 200 `OK`, or 500 with the reason.
+async fn healthcheck(State(s): State<AdminState>) -> Response {
+    match unhealthy(&s) {
+        None => (StatusCode::OK, "OK").into_response(),
+        Some(why) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{why}\n")).into_response(),
+    }
+}
+
+fn unhealthy(s: &AdminState) -> Option<&'static str> {
+    let store = s.limiter.store().health();
+    let policy = s.healthcheck;
+    if s.draining.load(Ordering::Relaxed) {
+        Some("shutting down")
+    } else if !store.reached {
+        Some("the store has not answered yet")
+    } else if policy.needs_store_now && !store.healthy {
+        Some("the store is down")
+    } else if policy.needs_rules && s.limiter.rules().current().rules.summary().is_empty() {
+        Some("no rules loaded yet")
+    } else {
+        None
+    }
 }
 
 async fn readyz(State(s): State<AdminState>) -> Response {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use sluice::admin::{AdminAccess, AdminLimits};
+use sluice::admin::{AdminAccess, AdminLimits, HealthcheckPolicy};
 use sluice::config::xds::{XdsConfig, XdsTls};
 use sluice::config::{LiveRules, LoadOptions, load_dir};
 use sluice::conn::ConnLimits;
@@ -230,9 +230,23 @@ struct ServeArgs {
     /// default its owner and group may connect, nobody else.
     #[arg(long, env = "SLUICE_GRPC_UDS_MODE", default_value = "660", value_parser = parse_mode)]
     grpc_uds_mode: u32,
-    /// Address of the admin HTTP server.
-    #[arg(long, env = "SLUICE_ADMIN_ADDR", default_value = "127.0.0.1:8080")]
-    admin_addr: SocketAddr,
+    /// Address of the admin HTTP server; a comma list (or the flag again)
+    /// serves the same routes on each.
+    #[arg(
+        long,
+        env = "SLUICE_ADMIN_ADDR",
+        default_value = "127.0.0.1:8080",
+        value_delimiter = ','
+    )]
+    admin_addr: Vec<SocketAddr>,
+    /// GET /healthcheck fails until at least one domain is loaded (the
+    /// reference's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
+    #[arg(long, env = "SLUICE_HEALTHCHECK_NEEDS_RULES")]
+    healthcheck_needs_rules: bool,
+    /// GET /healthcheck fails while the store is down, not only until it
+    /// first answers (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION).
+    #[arg(long, env = "SLUICE_HEALTHCHECK_NEEDS_STORE")]
+    healthcheck_needs_store: bool,
     /// Answer OK to every request while still counting and reporting.
     #[arg(long, env = "SLUICE_SHADOW_MODE")]
     shadow_mode: bool,
@@ -808,6 +822,20 @@ async fn bind_grpc(args: &ServeArgs) -> anyhow::Result<GrpcListener> {
 }
 
 /// An octal file mode such as `660` or `0600`.
+async fn bind_admin(addrs: &[SocketAddr]) -> anyhow::Result<Vec<TcpListener>> {
+    if addrs.is_empty() {
+        anyhow::bail!("--admin-addr: at least one address");
+    }
+    let mut listeners = Vec::with_capacity(addrs.len());
+    for addr in addrs {
+        let l = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding --admin-addr {addr}"))?;
+        listeners.push(l);
+    }
+    Ok(listeners)
+}
+
 fn parse_mode(s: &str) -> Result<u32, String> {
     u32::from_str_radix(s.trim_start_matches("0o"), 8)
         .ok()
@@ -925,9 +953,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let result = runtime.block_on(async move {
         let listeners = Listeners {
             grpc: bind_grpc(&args).await?,
-            admin: TcpListener::bind(args.admin_addr)
-                .await
-                .with_context(|| format!("binding --admin-addr {}", args.admin_addr))?,
+            admin: bind_admin(&args.admin_addr).await?,
         };
         let settings = Settings {
             global_shadow: args.shadow_mode,
@@ -960,6 +986,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             tls,
             grpc: args.conns.grpc(),
             admin: args.conns.admin(),
+            healthcheck: HealthcheckPolicy {
+                needs_rules: args.healthcheck_needs_rules,
+                needs_store_now: args.healthcheck_needs_store,
+            },
             statsd: statsd_config(&args)?,
             quota: args.quota.options(),
             xds: args.config_xds.clone().map(|server| XdsConfig {

@@ -418,6 +418,7 @@ mod tests {
                 backend: "short",
                 in_use: "short",
                 healthy: true,
+                reached: true,
                 detail: None,
             }
         }

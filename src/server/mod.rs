@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tonic_health::ServingStatus;
 use tracing::{info, warn};
 
-use crate::admin::{self, AdminLimits, AdminState};
+use crate::admin::{self, AdminLimits, AdminState, HealthcheckPolicy};
 use crate::config::watch;
 use crate::config::xds::{self, XdsConfig};
 use crate::conn::{self, BodyBudget, ConnLimits, Guarded, IdleBy, Watch};
@@ -42,7 +42,10 @@ pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
 #[derive(Debug)]
 pub struct Listeners {
     pub grpc: GrpcListener,
-    pub admin: TcpListener,
+    /// The admin routes on each (`--admin-addr`, repeatable: the reference's
+    /// `PORT`, `DEBUG_PORT` and `PROMETHEUS_ADDR` under `ratelimit`); at
+    /// least one.
+    pub admin: Vec<TcpListener>,
 }
 
 /// Where gRPC is served: TCP (`--grpc-addr`), or a Unix socket
@@ -95,6 +98,8 @@ pub struct ServeOptions {
     pub grpc: GrpcLimits,
     /// Bounds and access rules of the admin listener.
     pub admin: AdminLimits,
+    /// What `GET /healthcheck` requires.
+    pub healthcheck: HealthcheckPolicy,
     /// Send the reference's stats over UDP.
     pub statsd: Option<StatsdConfig>,
     /// Take the rules from an xDS management server instead of files.
@@ -171,7 +176,7 @@ pub async fn run(
         .map(|cfg| tokio::spawn(xds::run(cfg, limiter.rules().clone(), token.clone())));
     info!(
         grpc_addr = %listeners.grpc.describe()?,
-        admin_addr = %listeners.admin.local_addr()?,
+        admin_addr = %admin_addrs(&listeners.admin)?,
         config = %limiter.rules().dir().display(),
         store = limiter.store().health().backend,
         "sluice listening"
@@ -246,16 +251,18 @@ pub async fn run(
             )
         }
     };
-    let admin = admin::run(
-        listeners.admin,
-        AdminState {
-            limiter,
-            draining,
-            access: Arc::new(opts.admin.access.clone()),
-            console,
-        },
-        opts.admin,
-        token.clone(),
+    let state = AdminState {
+        limiter,
+        draining,
+        access: Arc::new(opts.admin.access.clone()),
+        healthcheck: opts.healthcheck,
+        console,
+    };
+    let admin = futures_util::future::try_join_all(
+        listeners
+            .admin
+            .into_iter()
+            .map(|l| admin::run(l, state.clone(), opts.admin.clone(), token.clone())),
     );
     let servers = async {
         tokio::try_join!(async { grpc.await.map_err(ServeError::from) }, async {
@@ -363,3 +370,13 @@ mod guard;
 mod limits;
 use guard::Guard;
 pub use limits::{BodyLimits, GrpcLimits};
+
+/// The admin addresses for the startup line: the first alone, or a comma
+/// list (the first is the one tests and operators read).
+fn admin_addrs(listeners: &[TcpListener]) -> std::io::Result<String> {
+    let addrs: Vec<String> = listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.to_string()))
+        .collect::<Result<_, _>>()?;
+    Ok(addrs.join(","))
+}

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::StoreError;
 use super::coalesce::Coalesced;
-use super::pool::Manager;
+use super::pool::{Manager, Pooled};
 use super::script::{Op, decode};
 use crate::limiter::Tally;
 
@@ -95,7 +95,7 @@ pub(super) struct Batcher {
 impl Batcher {
     /// Spawns the batching task on the current runtime.
     pub(super) fn start(
-        pool: bb8::Pool<Manager>,
+        pool: Pooled<Manager>,
         script: Arc<Script>,
         in_flight: usize,
     ) -> Batcher {
@@ -125,7 +125,7 @@ impl Batcher {
 
 async fn drive(
     mut rx: mpsc::Receiver<Job>,
-    pool: bb8::Pool<Manager>,
+    pool: Pooled<Manager>,
     script: Arc<Script>,
     sends: Arc<Sends>,
 ) {
@@ -178,16 +178,12 @@ fn gather(first: Job, rx: &mut mpsc::Receiver<Job>) -> Vec<Job> {
     jobs
 }
 
-async fn send(pool: bb8::Pool<Manager>, script: Arc<Script>, jobs: Vec<Job>) {
+async fn send(pool: Pooled<Manager>, script: Arc<Script>, jobs: Vec<Job>) {
     let n = jobs.iter().map(|j| j.ops.len()).sum();
     let coalesced = Coalesced::new(jobs.iter().flat_map(|j| &j.ops), n);
     let raw: Result<Vec<i64>, StoreError> = async {
         // Multiplexed: clone the connection and give the slot back at once.
-        let mut conn = pool
-            .get()
-            .await
-            .map_err(|e| StoreError::Unavailable(e.to_string()))?
-            .clone();
+        let mut conn = pool.get().await?.clone();
         let mut inv = script.prepare_invoke();
         coalesced.add_to(&mut inv);
         inv.invoke_async(&mut conn)

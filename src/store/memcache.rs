@@ -29,6 +29,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufStream};
 use tokio::net::TcpStream;
 
 use super::{BoxFuture, Increment, StoreError};
+use super::pool::Pooled;
 use crate::limiter::{Algorithm, Now, Refill, Tally};
 
 /// Where memcached is.
@@ -209,7 +210,7 @@ impl bb8::ManageConnection for Manager {
 /// The memcached store.
 pub struct MemcacheStore {
     config: MemcacheConfig,
-    pools: ArcSwapOption<Vec<bb8::Pool<Manager>>>,
+    pools: ArcSwapOption<Vec<Pooled<Manager>>>,
 }
 
 impl MemcacheStore {
@@ -228,15 +229,13 @@ impl MemcacheStore {
         let started = std::time::Instant::now();
         let mut pools = Vec::new();
         for addr in &self.config.servers {
-            let pool = bb8::Pool::builder()
-                .max_size(self.config.pool_size.max(1))
-                .connection_timeout(self.config.connect_timeout)
-                .test_on_check_out(false)
-                .build_unchecked(Manager {
-                    addr: addr.clone(),
-                    timeout: self.config.connect_timeout,
-                });
-            let mut conn = pool.get().await.map_err(unavailable)?;
+            let manager = Manager {
+                addr: addr.clone(),
+                timeout: self.config.connect_timeout,
+            };
+            let pool = Pooled::open(manager, self.config.pool_size, self.config.connect_timeout)
+                .await?;
+            let mut conn = pool.get().await?;
             let probe = format!("{}sluice:probe", self.config.prefix);
             match conn.incr(&probe, 0).await? {
                 None | Some(0) => {}
@@ -263,7 +262,7 @@ impl MemcacheStore {
 
     async fn count(
         &self,
-        pools: &[bb8::Pool<Manager>],
+        pools: &[Pooled<Manager>],
         inc: &Increment,
     ) -> Result<Tally, StoreError> {
         let window = inc.window;
@@ -276,7 +275,7 @@ impl MemcacheStore {
         let pool = pools
             .get(server)
             .ok_or_else(|| unavailable("no such server"))?;
-        let mut conn = pool.get().await.map_err(unavailable)?;
+        let mut conn = pool.get().await?;
         match inc.algorithm {
             Algorithm::FixedWindow => Ok(Tally::Count(conn.add_hits(&key, inc.hits, ttl).await?)),
             Algorithm::SlidingWindow => {
@@ -289,7 +288,7 @@ impl MemcacheStore {
                     let p = pools
                         .get(prev_server)
                         .ok_or_else(|| unavailable("no such server"))?;
-                    p.get().await.map_err(unavailable)?.gets(&prev).await?
+                    p.get().await?.gets(&prev).await?
                 };
                 Ok(Tally::Sliding {
                     current,

@@ -298,6 +298,7 @@ impl Store for MemoryStore {
             backend: "memory",
             in_use: "memory",
             healthy: true,
+            reached: true,
             detail: None,
         }
     }

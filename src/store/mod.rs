@@ -112,6 +112,9 @@ pub struct StoreHealth {
     /// down (`memory-fallback`, `allow-all`, `deny-all`).
     pub in_use: &'static str,
     pub healthy: bool,
+    /// The store has answered at least once since start (the reference's
+    /// `/healthcheck` stays failing until it has).
+    pub reached: bool,
     pub detail: Option<String>,
 }
 

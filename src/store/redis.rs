@@ -22,7 +22,7 @@ use super::batch::Batcher;
 use super::demand::{self, DemandUpdate, MemberDemand};
 use super::io_thread::IoThread;
 pub use super::pool::RedisTls;
-use super::pool::{self, Manager};
+use super::pool::{self, Manager, Pooled};
 pub use super::script::EXPIRY_SLACK_SECONDS;
 use super::script::{Op, SCRIPT, decode};
 pub use super::sentinel::Sentinel;
@@ -115,7 +115,7 @@ pub struct RedisConfig {
 
 enum Live {
     /// The batcher for increments, and the pool it draws from for the rest.
-    Single(Batcher, bb8::Pool<Manager>),
+    Single(Batcher, Pooled<Manager>),
     Cluster(ClusterConnection),
 }
 
@@ -334,7 +334,7 @@ impl RedisStore {
             .arg(u64::try_from(u.ttl.as_millis()).unwrap_or(u64::MAX).max(1));
         let raw: Vec<String> = match &*live {
             Live::Single(_, pool) => {
-                let mut conn = pool.get().await.map_err(unavailable)?.clone();
+                let mut conn = pool.get().await?.clone();
                 inv.invoke_async(&mut conn).await
             }
             Live::Cluster(conn) => inv.invoke_async(&mut conn.clone()).await,
@@ -356,14 +356,9 @@ async fn open_single(
     config: RedisConfig,
     script: Arc<Script>,
 ) -> Result<(Live, Duration), StoreError> {
-    let manager = Manager(pool::client(&url, config.tls.as_ref())?);
-    let pool = bb8::Pool::builder()
-        .max_size(config.pool_size.max(1))
-        .connection_timeout(config.connect_timeout)
-        // A PING per checkout would double every request's round trips.
-        .test_on_check_out(false)
-        .build_unchecked(manager);
-    let mut conn = pool.get().await.map_err(unavailable)?.clone();
+    let client = pool::client(&url, config.tls.as_ref())?;
+    let pool = Pooled::open(Manager(client), config.pool_size, config.connect_timeout).await?;
+    let mut conn = pool.get().await?.clone();
     let rtt = probe_script(&config.prefix, &script, &mut conn).await?;
     let in_flight = usize::try_from(config.pool_size).unwrap_or(1);
     Ok((

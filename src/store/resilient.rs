@@ -90,6 +90,8 @@ pub struct Resilient {
     /// Set by a fault, cleared by the next success: the hot path takes the
     /// breaker's lock only while faults are being seen.
     faulty: AtomicBool,
+    /// Set when the store first answers.
+    reached: AtomicBool,
     breaker: Mutex<Breaker>,
     down: Mutex<Down>,
     wake: Notify,
@@ -124,6 +126,7 @@ impl Resilient {
             timeout: opts.timeout,
             open: AtomicBool::new(true),
             faulty: AtomicBool::new(false),
+            reached: AtomicBool::new(false),
             breaker: Mutex::new(Breaker::new()),
             down: Mutex::new(Down {
                 since: std::time::Instant::now(),
@@ -376,11 +379,8 @@ impl Resilient {
                         break;
                     }
                     Err(e) => {
-                        if first && !logged {
-                            error!(store = %self.primary.describe(), reason = %e, policy = self.policy.name(), "store unreachable at startup; deciding by --store-failure {} and retrying", self.policy.name());
-                            logged = true;
-                        }
-                        self.down.lock().reason = e.to_string();
+                        self.still_down(&e, first && !logged);
+                        logged = true;
                     }
                 }
             }
@@ -388,9 +388,29 @@ impl Resilient {
         }
     }
 
+    /// A failed recovery probe: logged at startup, and again only when the
+    /// store's reason changes (a refused port that starts answering
+    /// `DENIED`), so the log says each cause once in the store's own words.
+    fn still_down(&self, e: &StoreError, at_startup: bool) {
+        let reason = e.to_string();
+        let changed = {
+            let mut down = self.down.lock();
+            let changed = down.reason != reason;
+            down.reason.clone_from(&reason);
+            changed
+        };
+        let (store, policy) = (self.primary.describe(), self.policy.name());
+        if at_startup {
+            error!(store = %store, reason = %reason, policy, "store unreachable at startup; deciding by --store-failure {policy} and retrying");
+        } else if changed {
+            warn!(store = %store, reason = %reason, policy, "store still down, now for this reason; deciding by --store-failure {policy}");
+        }
+    }
+
     fn recovered(&self, first: bool) {
         let down_for = self.down.lock().since.elapsed();
         self.faulty.store(false, Relaxed);
+        self.reached.store(true, Relaxed);
         self.breaker.lock().close(Instant::now());
         self.open.store(false, Relaxed);
         self.metrics.circuit(false);
@@ -424,6 +444,7 @@ impl Store for Resilient {
                 backend: self.primary.backend(),
                 in_use: self.primary.backend(),
                 healthy: true,
+                reached: true,
                 detail: None,
             };
         }
@@ -432,6 +453,7 @@ impl Store for Resilient {
             backend: self.primary.backend(),
             in_use: self.policy.in_use(),
             healthy: false,
+            reached: self.reached.load(Relaxed),
             detail: Some(format!(
                 "{} {} unreachable for {:.1}s: {}; deciding by --store-failure {}",
                 self.primary.backend(),
