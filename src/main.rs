@@ -1,8 +1,9 @@
 //! The `sluice` command line: `serve` (the default) and `check`.
 
+use std::ffi::OsStr;
 use std::io::Write as _;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +28,7 @@ use sluice::store::{
 };
 use sluice::telemetry::Telemetry;
 use sluice::tls::{Tls, TlsFiles};
+use sluice::{health_probe, reference_env};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -54,6 +56,23 @@ enum Command {
     Check(CheckArgs),
     /// Load-test any Envoy rate-limit service (sluice, envoyproxy/ratelimit, ...).
     Bench(BenchArgs),
+    /// Exit 0 if the admin port's /healthcheck answers 200 (a container
+    /// health check that needs no curl and no shell).
+    Health(HealthArgs),
+    /// Serve as envoyproxy/ratelimit is configured: from its environment
+    /// variables only (what `/bin/ratelimit` in the image runs).
+    Ratelimit,
+}
+
+#[derive(Args)]
+struct HealthArgs {
+    /// The admin address (the first of --admin-addr's list); an unspecified
+    /// address is reached on loopback.
+    #[arg(long, env = "SLUICE_ADMIN_ADDR", default_value = "127.0.0.1:8080", value_delimiter = ',', num_args = 1..)]
+    admin_addr: Vec<SocketAddr>,
+    /// Longest wait for the answer.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    timeout: Duration,
 }
 
 #[derive(Args)]
@@ -722,18 +741,62 @@ fn parse_ratio(s: &str) -> Result<f32, String> {
 }
 
 fn main() -> ExitCode {
+    // Started as the reference is (`/bin/ratelimit` in the image, Envoy
+    // Gateway's command): its environment decides, not sluice's flags.
+    let invoked = std::env::args_os().next().unwrap_or_default();
+    let as_ratelimit = Path::new(&invoked).file_name() == Some(OsStr::new("ratelimit"));
+    if as_ratelimit && std::env::args_os().len() == 1 {
+        return finish(ratelimit());
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Check(args)) => check(&args),
-        Some(Command::Serve(args)) => serve(*args),
+        Some(Command::Serve(args)) => serve(*args, &[]),
         Some(Command::Bench(args)) => bench(args),
-        None => serve(cli.serve),
+        Some(Command::Health(args)) => health(&args),
+        Some(Command::Ratelimit) => ratelimit(),
+        None => serve(cli.serve, &[]),
     };
+    finish(result)
+}
+
+fn finish(result: anyhow::Result<ExitCode>) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("sluice: {e:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// `ratelimit` mode: the reference's environment as sluice's flags.
+fn ratelimit() -> anyhow::Result<ExitCode> {
+    let t = reference_env::translate(std::env::vars()).context("ratelimit mode")?;
+    for (k, v) in &t.env {
+        // SAFETY: nothing else runs yet: the runtime and its threads start
+        // in serve, after this.
+        unsafe { std::env::set_var(k, v) };
+    }
+    let args = std::iter::once("sluice".to_owned()).chain(t.args);
+    let cli = Cli::try_parse_from(args).context("ratelimit mode: the translated flags")?;
+    match cli.command {
+        Some(Command::Serve(args)) => serve(*args, &t.notes),
+        _ => anyhow::bail!("ratelimit mode: the translation is not a serve command"),
+    }
+}
+
+fn health(args: &HealthArgs) -> anyhow::Result<ExitCode> {
+    let addr = args
+        .admin_addr
+        .first()
+        .copied()
+        .context("--admin-addr: no address")?;
+    match health_probe::check(health_probe::local(addr), "/healthcheck", args.timeout) {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(why) => {
+            eprintln!("sluice health: {why}");
+            Ok(ExitCode::FAILURE)
         }
     }
 }
@@ -905,7 +968,9 @@ fn init_logging(args: &ServeArgs) -> anyhow::Result<Option<Telemetry>> {
     Ok(telemetry)
 }
 
-fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+/// Serves; `notes` are said once logging is up (ratelimit mode's variables
+/// that change nothing).
+fn serve(args: ServeArgs, notes: &[String]) -> anyhow::Result<ExitCode> {
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = args.worker_threads {
         runtime.worker_threads(n.max(1));
@@ -918,6 +983,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let _inside = runtime.enter();
         init_logging(&args)?
     };
+    for note in notes {
+        info!("ratelimit mode: {note}");
+    }
     let metrics = Arc::new(Metrics::with_limits(args.limits.metric_limits()));
     // Invalid rules at startup: fail before listening.
     let rules = match &args.config_xds {

@@ -42,7 +42,10 @@ fn detail(s: &Sluice, words: &str) -> String {
 fn assert_says(s: &Sluice, words: &str) {
     let d = detail(s, words);
     assert!(d.contains(words), "/readyz says {d:?}, not {words:?}");
-    assert!(!d.contains("bb8"), "a pool timeout instead of the cause: {d}");
+    assert!(
+        !d.contains("bb8"),
+        "a pool timeout instead of the cause: {d}"
+    );
     assert!(
         eventually(Duration::from_secs(5), || s.logs_contain(words)),
         "the log does not say {words:?}: {:?}",
@@ -111,7 +114,9 @@ async fn protected_mode_says_denied_and_each_cause_is_logged_once() {
     let listener = TcpListener::bind(("127.0.0.1", port)).await.expect("bind");
     let relay = tokio::spawn(relay_from_elsewhere(listener, redis.port));
     // Sanity: the relay does reach Redis as a foreign client.
-    let mut probe = TcpStream::connect(("127.0.0.1", port)).await.expect("relay");
+    let mut probe = TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("relay");
     let mut said = String::new();
     let _ = tokio::time::timeout(
         Duration::from_secs(2),

@@ -94,11 +94,7 @@ pub(super) struct Batcher {
 
 impl Batcher {
     /// Spawns the batching task on the current runtime.
-    pub(super) fn start(
-        pool: Pooled<Manager>,
-        script: Arc<Script>,
-        in_flight: usize,
-    ) -> Batcher {
+    pub(super) fn start(pool: Pooled<Manager>, script: Arc<Script>, in_flight: usize) -> Batcher {
         let (tx, rx) = mpsc::channel(QUEUE);
         let sends = Arc::new(Sends::new(in_flight.max(1)));
         tokio::spawn(drive(rx, pool, script, sends.clone()));

@@ -28,8 +28,8 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufStream};
 use tokio::net::TcpStream;
 
-use super::{BoxFuture, Increment, StoreError};
 use super::pool::Pooled;
+use super::{BoxFuture, Increment, StoreError};
 use crate::limiter::{Algorithm, Now, Refill, Tally};
 
 /// Where memcached is.
@@ -233,8 +233,8 @@ impl MemcacheStore {
                 addr: addr.clone(),
                 timeout: self.config.connect_timeout,
             };
-            let pool = Pooled::open(manager, self.config.pool_size, self.config.connect_timeout)
-                .await?;
+            let pool =
+                Pooled::open(manager, self.config.pool_size, self.config.connect_timeout).await?;
             let mut conn = pool.get().await?;
             let probe = format!("{}sluice:probe", self.config.prefix);
             match conn.incr(&probe, 0).await? {
@@ -260,11 +260,7 @@ impl MemcacheStore {
         (key, server)
     }
 
-    async fn count(
-        &self,
-        pools: &[Pooled<Manager>],
-        inc: &Increment,
-    ) -> Result<Tally, StoreError> {
+    async fn count(&self, pools: &[Pooled<Manager>], inc: &Increment) -> Result<Tally, StoreError> {
         let window = inc.window;
         let ttl = window.period.seconds().max(1) * 2 + 60;
         let start = match inc.algorithm {

@@ -209,19 +209,23 @@ impl Manager {
             return None;
         };
         let read = async {
-            let mut stream = tokio::net::TcpStream::connect((host.as_str(), *port)).await.ok()?;
-            let mut buf = vec![0u8; 2048];
-            let mut got = 0;
-            while got < buf.len() {
-                match tokio::io::AsyncReadExt::read(&mut stream, &mut buf[got..]).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => got += n,
-                }
-            }
-            let text = String::from_utf8_lossy(buf.get(..got)?).into_owned();
+            let stream = tokio::net::TcpStream::connect((host.as_str(), *port))
+                .await
+                .ok()?;
+            let mut said = Vec::new();
+            // Until the server hangs up: Redis closes right after refusing.
+            let _ = tokio::io::AsyncReadExt::read_to_end(
+                &mut tokio::io::AsyncReadExt::take(stream, 2048),
+                &mut said,
+            )
+            .await;
+            let text = String::from_utf8_lossy(&said).into_owned();
             let line = text.strip_prefix('-')?.lines().next()?.trim().to_owned();
             Some(line)
         };
-        tokio::time::timeout(Duration::from_millis(500), read).await.ok().flatten()
+        tokio::time::timeout(Duration::from_millis(500), read)
+            .await
+            .ok()
+            .flatten()
     }
 }
