@@ -3,7 +3,7 @@ CARGO ?= cargo
 # Tests start real servers; keep parallelism sane on small machines.
 TEST_THREADS ?= 4
 
-.PHONY: run build test lint deps envoy bench instructions h2load fuzz soak stack stack-down clean
+.PHONY: run build test lint deps envoy bench instructions h2load fuzz soak stack stack-down compose-test clean
 
 run:
 	$(CARGO) run --release -- serve --config descriptors
@@ -46,6 +46,13 @@ stack: build deps
 
 stack-down:
 	python3 envoy/stack.py down
+
+# `docker compose up` for real, checked from the host (tests/compose/): installs
+# docker.io when missing, starts dockerd when none runs (and stops only what it
+# started), builds stand-ins for images no registry here gives, builds the
+# image from the Dockerfile, walks the README's checks, and `down` at the end.
+compose-test: envoy
+	python3 tests/compose/compose_test.py
 
 test: lint deps
 	$(CARGO) test --lib --bins --tests -- --test-threads=$(TEST_THREADS)
