@@ -134,3 +134,67 @@ async fn protected_mode_says_denied_and_each_cause_is_logged_once() {
     assert_eq!(count("DENIED Redis is running"), 1, "{logs:#?}");
     relay.abort();
 }
+
+/// `/healthcheck` as the reference's: failing until the store has answered
+/// once, then passing even while it is down (the failure policy answers);
+/// `--healthcheck-needs-store` fails it while down, `--healthcheck-needs-rules`
+/// until a domain is loaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthcheck_follows_the_reference() {
+    async fn take_down(s: &Sluice, redis: RedisServer) {
+        drop(redis);
+        let mut client = s.client().await;
+        for _ in 0..10 {
+            let _ = ask(&mut client, "shop", &[("ip", "a")]).await;
+        }
+        assert!(eventually(Duration::from_secs(10), || s.status() == "degraded"));
+    }
+    let port = free_port();
+    let s = start(&format!("redis://127.0.0.1:{port}"));
+    let (code, body) = s.get("/healthcheck");
+    assert_eq!(code, 500, "{body}");
+    assert!(body.contains("the store has not answered yet"), "{body}");
+    let redis = RedisServer::start_on(port, false);
+    assert!(eventually(Duration::from_secs(10), || s
+        .get("/healthcheck")
+        == (200, "OK".into())));
+    take_down(&s, redis).await;
+    assert_eq!(
+        s.get("/healthcheck").0,
+        200,
+        "still passing while the policy answers"
+    );
+
+    let redis = RedisServer::start();
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let strict = Sluice::start(
+        &[("shop.yaml", RULES)],
+        &[
+            "--redis-url",
+            &url,
+            "--redis-timeout",
+            "300ms",
+            "--healthcheck-needs-store",
+        ],
+    );
+    assert!(eventually(Duration::from_secs(10), || strict
+        .get("/healthcheck")
+        .0
+        == 200));
+    take_down(&strict, redis).await;
+    let (code, body) = strict.get("/healthcheck");
+    assert_eq!(code, 500);
+    assert!(body.contains("the store is down"), "{body}");
+
+    // Before the first xDS response (a server that never answers).
+    let xds = format!("127.0.0.1:{}", free_port());
+    let empty = Sluice::start(
+        &[("shop.yaml", RULES)],
+        &["--config-xds", &xds, "--healthcheck-needs-rules"],
+    );
+    let (code, body) = empty.get("/healthcheck");
+    assert_eq!(code, 500);
+    assert!(body.contains("no rules loaded yet"), "{body}");
+    let rules = Sluice::start(&[("shop.yaml", RULES)], &["--healthcheck-needs-rules"]);
+    assert_eq!(rules.get("/healthcheck"), (200, "OK".into()));
+}
