@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use common::ads::{Ads, config, serve_tls};
 use common::redis::{RedisServer, command, free_port};
-use common::stack::{spawn_envoy, start_upstream};
+use common::stack::{mtls_envoy, start_upstream};
 use common::{certificates, eventually, sluice_bin};
 
 /// Where the statsd receiver listens: Envoy Gateway's statsd exporter port,
@@ -104,74 +104,6 @@ fn secret(dir: &Path) -> PathBuf {
     }
     common::sh(&certs, "chmod 755 . && chmod 644 *");
     certs
-}
-
-fn envoy_config(dir: &Path, port: u16, grpc: u16, upstream: u16) -> PathBuf {
-    let d = dir.display();
-    let config = format!(
-        r#"
-static_resources:
-  listeners:
-  - address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          '@type': type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: eg
-          http_filters:
-          - name: envoy.filters.http.ratelimit
-            typed_config:
-              '@type': type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
-              domain: xds
-              timeout: 1s
-              failure_mode_deny: false
-              rate_limit_service:
-                transport_api_version: V3
-                grpc_service: {{envoy_grpc: {{cluster_name: ratelimit_cluster}}}}
-          - name: envoy.filters.http.router
-            typed_config: {{'@type': type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ['*']
-              routes:
-              - match: {{prefix: /}}
-                route:
-                  cluster: upstream
-                  rate_limits: [{{actions: [{{generic_key: {{descriptor_key: k, descriptor_value: v}}}}]}}]
-  clusters:
-  # As Envoy Gateway renders ratelimit_cluster: TLS with Envoy's own
-  # certificate, trusting the CA in the secret.
-  - name: ratelimit_cluster
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        '@type': type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{http2_protocol_options: {{}}}}
-    transport_socket:
-      name: envoy.transport_sockets.tls
-      typed_config:
-        '@type': type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
-        common_tls_context:
-          tls_certificates: [{{certificate_chain: {{filename: {d}/client.pem}}, private_key: {{filename: {d}/client.key}}}}]
-          tls_params: {{tls_maximum_protocol_version: TLSv1_3}}
-          validation_context: {{trusted_ca: {{filename: {d}/ca.pem}}}}
-    load_assignment:
-      cluster_name: ratelimit_cluster
-      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {grpc}}}}}}}}}]}}]
-  - name: upstream
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: upstream
-      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {upstream}}}}}}}}}]}}]
-"#
-    );
-    let path = dir.join("envoy.yaml");
-    std::fs::write(&path, config).expect("write envoy config");
-    path
 }
 
 /// A process (or container) stopped when dropped.
@@ -333,9 +265,8 @@ fn run(start: impl FnOnce(&Path, &[(String, String)]) -> Running, certs_in_env: 
         sluice.log()
     );
     let (mut upstream, up_port) = start_upstream();
-    let envoy_port = free_port();
-    let path = envoy_config(dir.path(), envoy_port, ports.grpc, up_port);
-    let mut envoy = spawn_envoy(&path, &dir.path().join("envoy.log"));
+    let (mut envoy, envoy_port) =
+        mtls_envoy(dir.path(), "eg", "xds", ports.grpc, up_port, "client");
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(5)))

@@ -9,8 +9,7 @@ use std::path::Path;
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use common::redis::free_port;
-use common::stack::{spawn_envoy, start_upstream};
+use common::stack::{mtls_envoy, start_upstream};
 use common::{Sluice, certificates, eventually, sh};
 
 const RULES: &str = "
@@ -19,76 +18,6 @@ descriptors:
   - key: k
     rate_limit: {unit: hour, requests_per_unit: 2}
 ";
-
-fn envoy(dir: &Path, name: &str, sluice: &str, upstream: u16, client: &str) -> (Child, u16) {
-    let port = free_port();
-    let d = dir.display();
-    let config = format!(
-        r#"
-static_resources:
-  listeners:
-  - address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          '@type': type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: tls
-          http_filters:
-          - name: envoy.filters.http.ratelimit
-            typed_config:
-              '@type': type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
-              domain: tls
-              timeout: 1s
-              failure_mode_deny: false
-              enable_x_ratelimit_headers: DRAFT_VERSION_03
-              rate_limit_service:
-                transport_api_version: V3
-                grpc_service: {{envoy_grpc: {{cluster_name: sluice}}}}
-          - name: envoy.filters.http.router
-            typed_config: {{'@type': type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ['*']
-              routes:
-              - match: {{prefix: /}}
-                route:
-                  cluster: upstream
-                  rate_limits: [{{actions: [{{generic_key: {{descriptor_key: k, descriptor_value: v}}}}]}}]
-  clusters:
-  - name: sluice
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        '@type': type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{http2_protocol_options: {{}}}}
-    transport_socket:
-      name: envoy.transport_sockets.tls
-      typed_config:
-        '@type': type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
-        common_tls_context:
-          alpn_protocols: [h2]
-          tls_certificates: [{{certificate_chain: {{filename: {d}/{client}.pem}}, private_key: {{filename: {d}/{client}.key}}}}]
-          validation_context: {{trusted_ca: {{filename: {d}/ca.pem}}}}
-    load_assignment:
-      cluster_name: sluice
-      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {sluice_port}}}}}}}}}]}}]
-  - name: upstream
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: upstream
-      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {upstream}}}}}}}}}]}}]
-"#,
-        sluice_port = sluice.rsplit(':').next().expect("port"),
-    );
-    let path = dir.join(format!("{name}.yaml"));
-    std::fs::write(&path, config).expect("write envoy config");
-    let child = spawn_envoy(&path, &dir.join(format!("{name}.log")));
-    (child, port)
-}
 
 /// Status and whether Envoy added rate-limit headers (it asked sluice).
 fn get(port: u16) -> Option<(u16, bool)> {
@@ -142,10 +71,9 @@ fn mutual_tls_serves_envoy_refuses_strangers_and_rotates_certificates() {
     );
     let (upstream, upstream_port) = start_upstream();
     let _upstream = Kill(upstream);
-    let grpc = s.grpc.to_string();
 
     // Envoy with a client certificate from the CA: counted and limited.
-    let (trusted, port) = envoy(d, "trusted", &grpc, upstream_port, "client");
+    let (trusted, port) = mtls_envoy(d, "trusted", "tls", s.grpc.port(), upstream_port, "client");
     let _trusted = Kill(trusted);
     assert!(
         eventually(Duration::from_secs(30), || get(port)
@@ -159,7 +87,14 @@ fn mutual_tls_serves_envoy_refuses_strangers_and_rotates_certificates() {
 
     // A stranger's certificate: the handshake fails, so Envoy fails open and
     // sluice never counts it.
-    let (stranger, port) = envoy(d, "stranger", &grpc, upstream_port, "stranger");
+    let (stranger, port) = mtls_envoy(
+        d,
+        "stranger",
+        "tls",
+        s.grpc.port(),
+        upstream_port,
+        "stranger",
+    );
     let _stranger = Kill(stranger);
     assert!(eventually(Duration::from_secs(30), || get(port).is_some()));
     for _ in 0..3 {
