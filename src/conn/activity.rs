@@ -89,6 +89,12 @@ impl Activity {
         self.touch();
     }
 
+    /// A request body of this connection is still arriving: only reading
+    /// the connection lets that request finish.
+    pub(crate) fn awaiting_body(&self) -> bool {
+        self.reading.load(Relaxed) > 0
+    }
+
     pub(crate) fn establish(&self) {
         if !self.established.swap(true, Relaxed) {
             self.touch();

@@ -133,8 +133,11 @@ impl<IO> Guarded<IO> {
     /// looking again every [`PAUSE_RECHECK`]: its connections are not read
     /// (their bytes wait in the kernel and the peer's own buffers), so a
     /// flood from one peer cannot queue more work ahead of everyone else's.
+    /// A connection with a request body still arriving is read anyway: that
+    /// request counts against the share and can only finish if its body is
+    /// read (pausing it deadlocked until the body timeout).
     fn poll_paused(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.peer_share == 0 || self.activity.peer_in_flight() < self.peer_share {
+        if self.peer_share == 0 || !self.over_share() {
             self.paused = None;
             return Poll::Ready(());
         }
@@ -151,12 +154,16 @@ impl<IO> Guarded<IO> {
             if timer.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }
-            if self.activity.peer_in_flight() < self.peer_share {
+            if !self.over_share() {
                 self.paused = None;
                 return Poll::Ready(());
             }
             self.paused = None;
         }
+    }
+
+    fn over_share(&self) -> bool {
+        self.activity.peer_in_flight() >= self.peer_share && !self.activity.awaiting_body()
     }
 
     /// Pending until the idle timeout has passed with nothing happening.

@@ -161,3 +161,28 @@ async fn a_peer_over_its_share_is_not_read_until_a_request_ends() {
         "read once one ends"
     );
 }
+
+/// A request counted against the peer's share whose body has not all
+/// arrived can only finish if its connection is read: pausing that
+/// connection deadlocked until the body timeout (seen under CPU load with a
+/// thousand concurrent requests on one connection).
+#[tokio::test(start_paused = true)]
+async fn a_connection_with_a_body_still_arriving_is_read_at_the_share() {
+    let (mut client, server) = tokio::io::duplex(64);
+    let mut l = limits(300);
+    l.max_in_flight_per_peer = 1;
+    let t = ticket();
+    let activity = t.activity.clone();
+    let mut g = Guarded::new(server, t, l, IdleBy::Requests);
+    activity.establish();
+    let _busy = activity.start();
+    activity.body_started();
+    client.write_all(b"body").await.expect("client writes");
+    let mut buf = [0u8; 4];
+    let read = tokio::time::timeout(Duration::from_secs(1), g.read(&mut buf)).await;
+    assert_eq!(read.ok().and_then(Result::ok), Some(4), "the body is read");
+    activity.body_done();
+    client.write_all(b"next").await.expect("client writes");
+    let read = tokio::time::timeout(Duration::from_secs(1), g.read(&mut buf)).await;
+    assert!(read.is_err(), "paused again once no body is arriving");
+}
