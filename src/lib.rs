@@ -1,6 +1,10 @@
 //! sluice: a rate-limit service for Envoy's `ratelimit` filter, reading
 //! envoyproxy/ratelimit configs unchanged.
 //!
+//! - [`cli`]: the command line, the only place flags become settings;
+//!   [`app`]: the composition root that builds and runs what they describe;
+//!   [`reference_env`]: `ratelimit` mode, envoyproxy/ratelimit's environment
+//!   as those flags; [`health_probe`]: `sluice health`.
 //! - [`bench`]: `sluice bench`, a load generator for any rate-limit service.
 //! - [`config`]: the YAML model, validation, the compiled matcher, loading.
 //! - [`limiter`]: pure decisions (windows, hits, statuses, Retry-After).
@@ -13,6 +17,9 @@
 //! - [`quota`]: Envoy's Rate Limit Quota Service, from the same rules.
 //! - [`statsd`]: the reference's stats over UDP; [`telemetry`]: OpenTelemetry traces.
 //! - [`server`]: runs both on caller-bound listeners with one shutdown path.
+//! - [`request`]: a `RateLimitRequest` checked against the bounds;
+//!   [`protojson`]: the `/json` door's codec; [`metrics`]: Prometheus text.
+//! - [`fuzzing`]: entry points for cargo-fuzz; [`hex`]: lowercase hex.
 
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
@@ -28,7 +35,9 @@
 )]
 
 pub mod admin;
+pub mod app;
 pub mod bench;
+pub mod cli;
 pub mod config;
 pub mod conn;
 pub mod console;

@@ -25,9 +25,9 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Request, State};
-use axum::http::{HeaderMap, Method, StatusCode, header};
-use axum::middleware::{self, Next};
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -37,12 +37,15 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+mod access;
+
 use crate::config::Reload;
 use crate::conn::{self, ConnLimits, Guarded, IdleBy};
 use crate::console::{self, Console};
 use crate::metrics::Listener;
 use crate::protojson;
 use crate::service::{RateLimiter, ServiceError};
+use access::guard;
 
 /// What the admin handlers share.
 #[derive(Clone)]
@@ -171,73 +174,6 @@ pub async fn run(
     tracker.close();
     tracker.wait().await;
     Ok(())
-}
-
-/// Refuses what a web page could send: a foreign `Host` (DNS rebinding) and
-/// cross-site POSTs.
-async fn guard(State(s): State<AdminState>, req: Request, next: Next) -> Response {
-    if let Err(why) = check_access(&s.access, req.method(), req.headers()) {
-        return (StatusCode::FORBIDDEN, format!("{why}\n")).into_response();
-    }
-    next.run(req).await
-}
-
-fn check_access(access: &AdminAccess, method: &Method, h: &HeaderMap) -> Result<(), &'static str> {
-    let host = h.get(header::HOST).and_then(|v| v.to_str().ok());
-    if let Some(host) = host
-        && !host_allowed(access, host)
-    {
-        return Err("Host is not an address, localhost or an --admin-allowed-hosts name");
-    }
-    if method == Method::GET || method == Method::HEAD {
-        return Ok(());
-    }
-    if let Some(origin) = h.get(header::ORIGIN) {
-        let same = host.is_some_and(|host| {
-            origin.as_bytes() == format!("http://{host}").as_bytes()
-                || origin.as_bytes() == format!("https://{host}").as_bytes()
-        });
-        if !same {
-            return Err("cross-origin POST refused");
-        }
-    }
-    let simple = h
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(|v| {
-            v.split(';')
-                .next()
-                .unwrap_or_default()
-                .trim()
-                .to_ascii_lowercase()
-        })
-        .is_some_and(|t| {
-            matches!(
-                t.as_str(),
-                "text/plain" | "application/x-www-form-urlencoded" | "multipart/form-data"
-            )
-        });
-    if simple {
-        return Err("POST with a form or text/plain body refused: send application/json");
-    }
-    Ok(())
-}
-
-/// An IP address (with or without port), `localhost`, or an allowed name.
-fn host_allowed(access: &AdminAccess, host: &str) -> bool {
-    let name = if let Some(rest) = host.strip_prefix('[') {
-        // [v6]:port
-        return rest
-            .split(']')
-            .next()
-            .is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok());
-    } else {
-        host.rsplit_once(':').map_or(host, |(n, _)| n)
-    };
-    let name = name.trim_end_matches('.').to_ascii_lowercase();
-    name.parse::<std::net::Ipv4Addr>().is_ok()
-        || name == "localhost"
-        || access.allowed_hosts.contains(&name)
 }
 
 /// `ready`, `degraded` (the store is down) or `shutting_down`.
@@ -411,70 +347,5 @@ async fn reload(State(s): State<AdminState>) -> Response {
             format!("reload task failed: {e}\n"),
         )
             .into_response(),
-    }
-}
-
-#[cfg(test)]
-mod access_tests {
-    use super::*;
-
-    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.insert(*k, v.parse().expect("header value"));
-        }
-        h
-    }
-
-    #[test]
-    fn foreign_hosts_and_cross_site_posts_are_refused() {
-        let a = AdminAccess {
-            allowed_hosts: vec!["sluice.internal".into()],
-        };
-        let ok = |m: Method, h: &[(&'static str, &'static str)]| {
-            check_access(&a, &m, &headers(h)).is_ok()
-        };
-        assert!(ok(Method::GET, &[("host", "127.0.0.1:8080")]));
-        assert!(ok(Method::GET, &[("host", "[::1]:8080")]));
-        assert!(ok(Method::GET, &[("host", "localhost:8080")]));
-        assert!(ok(Method::GET, &[("host", "sluice.internal:8080")]));
-        assert!(!ok(Method::GET, &[("host", "evil.example:8080")]));
-        assert!(!ok(Method::GET, &[("host", "127.0.0.1.evil.example")]));
-        assert!(ok(
-            Method::POST,
-            &[
-                ("host", "127.0.0.1:8080"),
-                ("content-type", "application/json")
-            ]
-        ));
-        assert!(ok(Method::POST, &[("host", "127.0.0.1:8080")]));
-        assert!(!ok(
-            Method::POST,
-            &[
-                ("host", "127.0.0.1:8080"),
-                ("content-type", "text/plain;charset=UTF-8")
-            ]
-        ));
-        assert!(!ok(
-            Method::POST,
-            &[
-                ("host", "127.0.0.1:8080"),
-                ("content-type", "application/x-www-form-urlencoded")
-            ]
-        ));
-        assert!(!ok(
-            Method::POST,
-            &[
-                ("host", "127.0.0.1:8080"),
-                ("origin", "http://evil.example")
-            ]
-        ));
-        assert!(ok(
-            Method::POST,
-            &[
-                ("host", "127.0.0.1:8080"),
-                ("origin", "http://127.0.0.1:8080")
-            ]
-        ));
     }
 }

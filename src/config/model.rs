@@ -2,45 +2,21 @@
 //! its validation. Parsing goes through the positioned tree of [`super::yaml`]
 //! so every error can say where it is.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
-use envoy_types::pb::google::protobuf::{ListValue, Struct, Value as PbValue, value::Kind};
+use envoy_types::pb::google::protobuf::{Struct, Value as PbValue, value::Kind};
 use serde_saphyr::Location;
 
 use super::error::ConfigError;
 
+mod keys;
 mod limits;
+mod metadata;
 use super::yaml::{self, Node, Value, position};
 use crate::limiter::{Algorithm, Period};
 use crate::store::FailurePolicy;
-
-/// The reference's flat allow-list of keys: any other key, at any depth outside
-/// `metadata`, is an error.
-pub const VALID_KEYS: [&str; 21] = [
-    "domain",
-    "key",
-    "value",
-    "descriptors",
-    "rate_limit",
-    "unit",
-    "requests_per_unit",
-    "unlimited",
-    "shadow_mode",
-    "quota_mode",
-    "name",
-    "replaces",
-    "detailed_metric",
-    "value_to_metric",
-    "share_threshold",
-    "metadata",
-    // sluice's extensions of rate_limit (limit shapes).
-    "window",
-    "algorithm",
-    "burst",
-    "on_store_failure",
-    "rate_limits",
-];
+pub use keys::VALID_KEYS;
+use metadata::to_pb;
 
 /// One file: a domain and its descriptor tree.
 #[derive(Debug, Clone, PartialEq)]
@@ -410,30 +386,4 @@ fn key_of(k: &Node) -> &str {
         Value::Str(s) => s,
         _ => "",
     }
-}
-
-fn to_pb(node: &Node) -> Result<PbValue, (Location, String)> {
-    let kind = match &node.value {
-        Value::Null => Kind::NullValue(0),
-        Value::Bool(b) => Kind::BoolValue(*b),
-        Value::Int(i) => Kind::NumberValue(*i as f64),
-        Value::Float(x) => Kind::NumberValue(*x),
-        Value::Str(s) => Kind::StringValue(s.clone()),
-        Value::Seq(items) => Kind::ListValue(ListValue {
-            values: items.iter().map(to_pb).collect::<Result<_, _>>()?,
-        }),
-        Value::Map(entries) => {
-            let mut fields = BTreeMap::new();
-            for (k, v) in entries {
-                let Value::Str(key) = &k.value else {
-                    return Err((k.referenced, format!("key {} is not a string", k.value)));
-                };
-                fields.insert(key.clone(), to_pb(v)?);
-            }
-            Kind::StructValue(Struct {
-                fields: fields.into_iter().collect(),
-            })
-        }
-    };
-    Ok(PbValue { kind: Some(kind) })
 }

@@ -3,7 +3,8 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use super::{BUCKETS, Histogram, Metrics, RuleStats};
+use super::stats::BUCKETS;
+use super::{Histogram, Metrics, RuleStats};
 
 impl Metrics {
     /// The Prometheus text exposition of every metric.

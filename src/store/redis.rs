@@ -7,7 +7,7 @@
 //! increments of concurrent requests share script calls ([`batch`](super::batch));
 //! in a cluster a request sends one script per slot, the slots in parallel.
 
-use std::fmt::{self, Write as _};
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +16,13 @@ use futures_util::future::try_join_all;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
 use redis::{IntoConnectionInfo, Script};
-use sha2::{Digest, Sha256};
+
+mod keys;
+mod target;
+
+pub use keys::{KeyFormat, render_key};
+use target::seeds;
+pub use target::{Target, mask};
 
 use super::batch::Batcher;
 use super::demand::{self, DemandUpdate, MemberDemand};
@@ -26,8 +32,7 @@ use super::pool::{self, Manager, Pooled};
 pub use super::script::EXPIRY_SLACK_SECONDS;
 use super::script::{Op, SCRIPT, decode};
 pub use super::sentinel::Sentinel;
-use super::{CounterKey, Increment, StoreError};
-use crate::hex::push_hex;
+use super::{Increment, StoreError};
 use crate::limiter::Now;
 use crate::limiter::{Algorithm, Tally};
 
@@ -40,61 +45,6 @@ pub(super) fn classify(e: &redis::RedisError) -> StoreError {
         }
         _ => StoreError::Unavailable(e.to_string()),
     }
-}
-
-/// How counter keys are written in Redis (`--key-format`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum KeyFormat {
-    /// `<prefix><domain>:<UNIT>:<window start>:<sha256 of domain, unit and
-    /// entries>`: collision-free, and no descriptor value appears in clear.
-    #[default]
-    Sluice,
-    /// envoyproxy/ratelimit's `<prefix><domain>_<k1>_<v1>_..._<window start>`,
-    /// to share counters with a fleet of the reference during a migration.
-    Envoyproxy,
-}
-
-/// Where the counters live.
-#[derive(Clone, PartialEq, Eq)]
-pub enum Target {
-    /// `redis://[user:pass@]host:port[/db]` or `rediss://...` for TLS.
-    Single(String),
-    /// Seed nodes of a cluster, each a URL or `host:port`.
-    Cluster(Vec<String>),
-    /// A master found through Redis Sentinel.
-    Sentinel(Sentinel),
-}
-
-impl fmt::Debug for Target {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{self}")
-    }
-}
-
-impl fmt::Display for Target {
-    /// Never shows a password.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Target::Single(url) => f.write_str(&mask(url)),
-            Target::Cluster(seeds) => {
-                let masked: Vec<String> = seeds.iter().map(|s| mask(s)).collect();
-                write!(f, "cluster {}", masked.join(","))
-            }
-            Target::Sentinel(s) => write!(f, "{s}"),
-        }
-    }
-}
-
-/// `redis://user:secret@host` becomes `redis://user:***@host`.
-pub fn mask(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let Some((creds, host)) = rest.rsplit_once('@') else {
-        return url.to_owned();
-    };
-    let user = creds.split_once(':').map_or("", |(u, _)| u);
-    format!("{scheme}://{user}:***@{host}")
 }
 
 /// Settings of the Redis store.
@@ -131,14 +81,14 @@ pub struct RedisStore {
     demand_script: Script,
 }
 
+fn unavailable(e: impl fmt::Display) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "RedisStore({})", self.config.target)
     }
-}
-
-fn unavailable(e: impl fmt::Display) -> StoreError {
-    StoreError::Unavailable(e.to_string())
 }
 
 impl RedisStore {
@@ -433,89 +383,6 @@ impl super::Primary for RedisStore {
         update: &'a DemandUpdate,
     ) -> super::BoxFuture<'a, Result<Vec<MemberDemand>, StoreError>> {
         Box::pin(RedisStore::demand(self, update))
-    }
-}
-
-/// Renders a counter key in `format`. Shapes other than the fixed window
-/// always use sluice's layout, with the hash as a hash tag so a sliding
-/// window's two keys share a cluster slot (the reference has no such keys to
-/// share).
-pub fn render_key(
-    prefix: &str,
-    format: KeyFormat,
-    key: &CounterKey,
-    algorithm: Algorithm,
-    window_start: u64,
-    unit: impl fmt::Display,
-) -> String {
-    let (domain, entries) = key.parts();
-    if algorithm != Algorithm::FixedWindow {
-        let digest = Sha256::digest(key.as_bytes());
-        let mut s = String::with_capacity(prefix.len() + domain.len() + 80);
-        s.push_str(prefix);
-        s.push_str(domain);
-        let _ = write!(s, ":{unit}:{}:{{", algorithm.name());
-        push_hex(&mut s, digest.get(..16).unwrap_or_default());
-        match algorithm {
-            Algorithm::TokenBucket { .. } => s.push('}'),
-            _ => {
-                let _ = write!(s, "}}:{window_start}");
-            }
-        }
-        return s;
-    }
-    match format {
-        KeyFormat::Sluice => {
-            let digest = Sha256::digest(key.as_bytes());
-            let mut s = String::with_capacity(prefix.len() + domain.len() + 64);
-            s.push_str(prefix);
-            s.push_str(domain);
-            let _ = write!(s, ":{unit}:{window_start}:");
-            push_hex(&mut s, digest.get(..16).unwrap_or_default());
-            s
-        }
-        KeyFormat::Envoyproxy => {
-            let mut s = format!("{prefix}{domain}_");
-            for (k, v) in entries {
-                s.push_str(k);
-                s.push('_');
-                s.push_str(v);
-                s.push('_');
-            }
-            s.push_str(&window_start.to_string());
-            s
-        }
-    }
-}
-
-/// The URLs of a target: cluster seeds given as `host:port` inherit the
-/// scheme and credentials of the first seed written as a URL.
-fn seeds(target: &Target) -> Vec<String> {
-    match target {
-        Target::Single(url) => vec![url.clone()],
-        Target::Sentinel(s) => s.sentinel_urls(),
-        Target::Cluster(seeds) => {
-            let base = seeds
-                .iter()
-                .find_map(|s| {
-                    s.split_once("://")
-                        .map(|(scheme, rest)| (scheme, rest.rsplit_once('@').map(|(c, _)| c)))
-                })
-                .unwrap_or(("redis", None));
-            seeds
-                .iter()
-                .map(|s| {
-                    if s.contains("://") {
-                        s.clone()
-                    } else {
-                        match base.1 {
-                            Some(creds) => format!("{}://{creds}@{s}", base.0),
-                            None => format!("{}://{s}", base.0),
-                        }
-                    }
-                })
-                .collect()
-        }
     }
 }
 

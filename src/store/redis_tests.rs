@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::limiter::{Unit, Window};
+use crate::store::CounterKey;
 
 #[test]
 fn passwords_are_masked() {

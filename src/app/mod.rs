@@ -1,0 +1,185 @@
+//! The composition root: builds the rules, the store, the limiter and the
+//! listeners from the command line's settings, and runs them until a signal,
+//! with one bounded drain.
+
+mod commands;
+mod error;
+mod listen;
+mod store;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+pub use commands::{bench, check, health};
+pub use error::AppError;
+pub(crate) use error::Context;
+
+use crate::cli::{LogFormat, ServeArgs};
+use crate::config::LiveRules;
+use crate::metrics::Metrics;
+use crate::server::{self, Listeners, ServeOptions};
+use crate::service::RateLimiter;
+use crate::statsd::{Mogrifier, StatsdConfig};
+use crate::telemetry::Telemetry;
+use crate::tls::Tls;
+
+pub(crate) fn statsd_config(args: &ServeArgs) -> Result<Option<StatsdConfig>, AppError> {
+    let Some(addr) = &args.statsd_addr else {
+        return Ok(None);
+    };
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(addr.as_str())
+        .ok()
+        .and_then(|mut a| a.next())
+        .with_context(|| format!("--statsd-addr '{addr}' is not a reachable host:port"))?;
+    Ok(Some(StatsdConfig {
+        addr,
+        interval: args.statsd_flush_interval,
+        tags: args
+            .statsd_tags
+            .iter()
+            .map(|t| t.trim().to_owned())
+            .collect(),
+        // The reference's DogStatsD mogrifiers, from its own variables.
+        mogrifiers: Mogrifier::from_env().map_err(AppError::msg)?,
+    }))
+}
+
+/// Logs on stderr, and traces over OTLP when asked for (inside the runtime:
+/// the exporter needs it). Returns the tracer to flush at exit.
+pub(crate) fn init_logging(args: &ServeArgs) -> Result<Option<Telemetry>, AppError> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
+        .with_context(|| format!("--log-level '{}'", args.log_level))?;
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = match args.log_format {
+        LogFormat::Text => fmt.with_ansi(false).boxed(),
+        LogFormat::Json => fmt.json().boxed(),
+    };
+    let endpoint = args.otlp_endpoint.as_deref();
+    let wanted = endpoint.is_some() || std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").is_some();
+    let (telemetry, otel) = if wanted {
+        let (t, layer) = Telemetry::start(endpoint)?;
+        (Some(t), Some(layer))
+    } else {
+        (None, None)
+    };
+    tracing_subscriber::registry()
+        .with(fmt.with_filter(filter))
+        .with(otel)
+        .init();
+    Ok(telemetry)
+}
+
+/// Serves; `notes` are said once logging is up (ratelimit mode's variables
+/// that change nothing).
+pub fn serve(args: ServeArgs, notes: &[String]) -> Result<ExitCode, AppError> {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = args.worker_threads {
+        runtime.worker_threads(n.max(1));
+    }
+    let runtime = runtime
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let telemetry = {
+        let _inside = runtime.enter();
+        init_logging(&args)?
+    };
+    for note in notes {
+        info!("ratelimit mode: {note}");
+    }
+    let metrics = Arc::new(Metrics::with_limits(args.limits.metric_limits()));
+    // Invalid rules at startup: fail before listening.
+    let Some(rules) = load_rules(&args, &metrics) else {
+        return Ok(ExitCode::FAILURE);
+    };
+    let tls = match args.tls_files() {
+        Some(files) => Some(Arc::new(Tls::new(files).context("--grpc-tls-*")?)),
+        None => None,
+    };
+    let result = runtime.block_on(run(args, rules, tls, metrics));
+    if let Some(t) = telemetry {
+        let _inside = runtime.enter();
+        t.shutdown();
+    }
+    // A reload still running on a blocking thread (a huge or slow rule
+    // directory) must not hold the exit past the grace period.
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    result
+}
+
+/// The rules from xDS (none until the first response) or from the directory;
+/// `None` when the directory does not load (the errors are printed).
+fn load_rules(args: &ServeArgs, metrics: &Arc<Metrics>) -> Option<Arc<LiveRules>> {
+    let options = args.config_args.load_options();
+    match &args.config_xds {
+        Some(server) => Some(Arc::new(LiveRules::for_xds(
+            server,
+            options,
+            metrics.clone(),
+        ))),
+        None => match LiveRules::load(&args.config, options, metrics.clone()) {
+            Ok(rules) => Some(Arc::new(rules)),
+            Err(e) => {
+                eprintln!("{e}");
+                None
+            }
+        },
+    }
+}
+
+/// Binds every listener, builds the store and the limiter, and serves until
+/// a signal, with the bounded drain `server::run` owns.
+async fn run(
+    args: ServeArgs,
+    rules: Arc<LiveRules>,
+    tls: Option<Arc<Tls>>,
+    metrics: Arc<Metrics>,
+) -> Result<ExitCode, AppError> {
+    let listeners = Listeners {
+        grpc: listen::bind_grpc(&args).await?,
+        admin: listen::bind_admin(&args.admin_addr).await?,
+    };
+    let store = store::build(&args.store, &metrics)?;
+    let limiter = RateLimiter::new(rules.clone(), store, metrics.clone(), args.settings());
+    for (domain, count) in rules.current().rules.summary() {
+        info!(domain, rules = count, "domain loaded");
+    }
+    for line in args.quota.options().store_rate_shortfalls() {
+        warn!("quota mode: {line}; entries may expire while Envoys hold shares");
+    }
+    let opts = ServeOptions {
+        grace: args.shutdown_grace,
+        watch_config: !args.no_watch,
+        max_request_bytes: args.limits.max_request_bytes,
+        tls,
+        grpc: args.conns.grpc(),
+        admin: args.conns.admin(),
+        healthcheck: args.healthcheck(),
+        statsd: statsd_config(&args)?,
+        quota: args.quota.options(),
+        xds: args.xds(),
+    };
+    server::run(
+        listeners,
+        limiter,
+        server::signal(),
+        opts,
+        CancellationToken::new(),
+    )
+    .await?;
+    if let Some(path) = &args.grpc_uds {
+        // Ours, bound at startup: the next start finds no stale socket.
+        let _ = std::fs::remove_file(path);
+    }
+    // The count lets an operator (and the shutdown test) check that every
+    // request sluice decided was answered.
+    info!(answered = metrics.requests_total(), "sluice stopped");
+    Ok(ExitCode::SUCCESS)
+}

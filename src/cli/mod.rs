@@ -1,0 +1,147 @@
+//! The command line: clap's groups as the README groups the flags, and the
+//! only place flags become typed settings. `main` parses and dispatches;
+//! [`crate::app`] builds and runs what the settings describe.
+
+mod bounds;
+mod serve;
+mod store;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+pub use bounds::{ConnArgs, LimitArgs};
+pub use serve::{ConfigArgs, QuotaArgs, ServeArgs};
+pub use store::StoreArgs;
+
+/// A rate-limit service for Envoy, compatible with envoyproxy/ratelimit configs.
+#[derive(Parser)]
+#[command(name = "sluice", version, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Serve the rules (the default when no command is given).
+    Serve(Box<ServeArgs>),
+    /// Validate a config directory: one line per domain, or the errors and exit 1.
+    Check(CheckArgs),
+    /// Load-test any Envoy rate-limit service (sluice, envoyproxy/ratelimit, ...).
+    Bench(BenchArgs),
+    /// Exit 0 if the admin port's /healthcheck answers 200 (a container
+    /// health check that needs no curl and no shell).
+    Health(HealthArgs),
+    /// Serve as envoyproxy/ratelimit is configured: from its environment
+    /// variables only (what `/bin/ratelimit` in the image runs).
+    Ratelimit,
+}
+
+#[derive(Args)]
+pub struct HealthArgs {
+    /// The admin address (the first of --admin-addr's list); an unspecified
+    /// address is reached on loopback.
+    #[arg(long, env = "SLUICE_ADMIN_ADDR", default_value = "127.0.0.1:8080", value_delimiter = ',', num_args = 1..)]
+    pub(crate) admin_addr: Vec<SocketAddr>,
+    /// Longest wait for the answer.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub(crate) timeout: Duration,
+}
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// host:port of the rate-limit service's gRPC listener.
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    pub(crate) target: String,
+    #[arg(long, default_value = "api")]
+    pub(crate) domain: String,
+    /// A descriptor as key=value[,key=value...]; `{n}` in a value becomes one of
+    /// --keys distinct values. Repeat for several descriptors per request.
+    #[arg(long = "descriptor", required = true)]
+    pub(crate) descriptors: Vec<crate::bench::Template>,
+    /// Distinct values of {n}, taken in turn.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) keys: u64,
+    /// Requests in flight at most.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) concurrency: usize,
+    /// HTTP/2 connections to spread them over.
+    #[arg(long, default_value_t = 4)]
+    pub(crate) connections: usize,
+    /// How long to run, e.g. 10s.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub(crate) duration: Duration,
+    /// Stop after this many requests (if sooner than --duration).
+    #[arg(long)]
+    pub(crate) requests: Option<u64>,
+    /// Send at this fixed rate (requests/s) instead of as fast as possible.
+    #[arg(long)]
+    pub(crate) rate: Option<f64>,
+    /// Print one line of JSON instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Args)]
+pub struct CheckArgs {
+    /// The config directory to validate.
+    pub(crate) dir: PathBuf,
+    /// Also print every rule with its limit and shape, as /rlconfig does.
+    #[arg(long)]
+    pub(crate) rules: bool,
+    /// Fail on rules a quota-mode bucket id (a map, with no order) could
+    /// match in two ways; without it they are printed as warnings.
+    #[arg(long)]
+    pub(crate) quota: bool,
+    #[command(flatten)]
+    pub(crate) config_args: ConfigArgs,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (n, scale) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else {
+        (s, 1.0)
+    };
+    n.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .map(|v| Duration::from_secs_f64(v * scale))
+        .ok_or_else(|| format!("'{s}' is not a duration such as 10s or 500ms"))
+}
+
+/// `key=value` (or `key:value`) items, trimmed.
+pub(crate) fn pairs(items: &[String]) -> impl Iterator<Item = (String, String)> + '_ {
+    items.iter().filter_map(|h| {
+        let (k, v) = h.split_once('=').or_else(|| h.split_once(':'))?;
+        Some((k.trim().to_owned(), v.trim().to_owned()))
+    })
+}
+
+pub(crate) fn parse_ratio(s: &str) -> Result<f32, String> {
+    s.parse::<f32>()
+        .ok()
+        .filter(|r| (0.0..=1.0).contains(r))
+        .ok_or_else(|| format!("'{s}' is not a ratio between 0 and 1"))
+}
+
+pub(crate) fn parse_mode(s: &str) -> Result<u32, String> {
+    u32::from_str_radix(s.trim_start_matches("0o"), 8)
+        .ok()
+        .filter(|m| *m <= 0o777)
+        .ok_or_else(|| format!("'{s}' is not an octal mode such as 660"))
+}

@@ -1,0 +1,96 @@
+//! Where counters live: Redis (one node, Cluster, Sentinel), memcached or
+//! memory, and the failure policy around them.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::parse_duration;
+use crate::store::redis::KeyFormat;
+use crate::store::{DEFAULT_MAX_COUNTERS, FailurePolicy, ResilientOptions};
+
+/// Where counters live: memory (the default) or Redis.
+#[derive(Args, Clone)]
+pub struct StoreArgs {
+    /// Count in Redis: redis://[user:pass@]host:port[/db], or rediss:// for TLS.
+    // hide_env_values: the URL may carry a password; --help must not print it.
+    #[arg(
+        long,
+        env = "SLUICE_REDIS_URL",
+        hide_env_values = true,
+        conflicts_with = "redis_cluster"
+    )]
+    pub(crate) redis_url: Option<String>,
+    /// Count in a Redis Cluster: comma-separated seed nodes (host:port or URLs).
+    #[arg(
+        long,
+        env = "SLUICE_REDIS_CLUSTER",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
+    pub(crate) redis_cluster: Vec<String>,
+    /// Count in the Redis master that Sentinel names: MASTER@HOST:PORT[,HOST:PORT...]
+    /// (sentinels may be URLs: the first one's scheme and credentials are the master's).
+    #[arg(
+        long,
+        env = "SLUICE_REDIS_SENTINEL",
+        hide_env_values = true,
+        conflicts_with_all = ["redis_url", "redis_cluster"]
+    )]
+    pub(crate) redis_sentinel: Option<String>,
+    /// Password of the sentinels themselves (REDIS_SENTINEL_AUTH).
+    #[arg(long, env = "SLUICE_REDIS_SENTINEL_PASSWORD", hide_env_values = true)]
+    pub(crate) redis_sentinel_password: Option<String>,
+    /// Trust this CA (PEM) for rediss:// instead of the public roots (REDIS_TLS_CACERT).
+    #[arg(long, env = "SLUICE_REDIS_TLS_CA")]
+    pub(crate) redis_tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for mutual TLS to Redis (REDIS_TLS_CLIENT_CERT).
+    #[arg(long, env = "SLUICE_REDIS_TLS_CERT", requires = "redis_tls_key")]
+    pub(crate) redis_tls_cert: Option<PathBuf>,
+    /// The key of --redis-tls-cert (PEM) (REDIS_TLS_CLIENT_KEY).
+    #[arg(long, env = "SLUICE_REDIS_TLS_KEY", requires = "redis_tls_cert")]
+    pub(crate) redis_tls_key: Option<PathBuf>,
+    /// Count in memcached instead: host:port[,host:port...], keys spread over
+    /// them (the reference's BACKEND_TYPE=memcache with MEMCACHE_HOST_PORT).
+    #[arg(long, env = "SLUICE_MEMCACHE_SERVERS", value_delimiter = ',', conflicts_with_all = ["redis_url", "redis_cluster", "redis_sentinel"])]
+    pub(crate) memcache_servers: Vec<String>,
+    /// Connections in the Redis pool (each one multiplexed).
+    #[arg(long, env = "SLUICE_REDIS_POOL_SIZE", default_value_t = 4)]
+    pub(crate) redis_pool_size: u32,
+    /// Run the Redis connections and the batcher on a thread of their own,
+    /// so a flood queued on the workers is never timed as a slow Redis.
+    #[arg(long, env = "SLUICE_REDIS_IO_THREAD", default_value_t = true, action = clap::ArgAction::Set)]
+    pub(crate) redis_io_thread: bool,
+    /// Longest wait for Redis per request before the failure policy decides.
+    #[arg(long, env = "SLUICE_REDIS_TIMEOUT", default_value = "20ms", value_parser = parse_duration)]
+    pub(crate) redis_timeout: Duration,
+    /// Prepended to every Redis key.
+    #[arg(long, env = "SLUICE_CACHE_KEY_PREFIX", default_value = "")]
+    pub(crate) cache_key_prefix: String,
+    /// Redis key layout: sluice (collision-free, values hashed) or envoyproxy
+    /// (the reference's keys, to share counters during a migration).
+    #[arg(long, env = "SLUICE_KEY_FORMAT", value_enum, default_value_t = KeyFormat::Sluice)]
+    pub(crate) key_format: KeyFormat,
+    /// What decides when Redis fails or times out.
+    #[arg(long, env = "SLUICE_STORE_FAILURE", value_enum, default_value_t = FailurePolicy::Fallback)]
+    pub(crate) store_failure: FailurePolicy,
+    /// Counters remembered as over their limit (answered without Redis); 0 disables.
+    #[arg(long, env = "SLUICE_LOCAL_CACHE_SIZE", default_value_t = 100_000)]
+    pub(crate) local_cache_size: usize,
+    /// Counters held in memory (the memory store, or the fallback while Redis
+    /// is down); when full, the least spent are dropped first.
+    #[arg(long, env = "SLUICE_MAX_COUNTERS", default_value_t = DEFAULT_MAX_COUNTERS)]
+    pub(crate) max_counters: usize,
+}
+
+impl StoreArgs {
+    pub(crate) fn resilient_options(&self) -> ResilientOptions {
+        ResilientOptions {
+            policy: self.store_failure,
+            timeout: self.redis_timeout,
+            cache_size: self.local_cache_size,
+            max_counters: self.max_counters,
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! The gRPC server: RateLimitService, the quota service and grpc.health.v1
+//! behind the guards, on a TCP listener (plain or TLS) or a Unix socket.
+
+use std::future::Future;
+
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tonic::transport::server::Router;
+use tonic_health::pb::health_server::{Health, HealthServer};
+use tracing::info;
+
+use super::guard::Guard;
+use super::{GrpcListener, ServeOptions};
+use crate::conn::{self, BodyBudget, ConnLimits, Guarded, IdleBy, Watch};
+use crate::metrics::{Listener, Metrics};
+use crate::quota::QuotaService;
+use crate::service::RateLimiter;
+use crate::tls;
+
+/// The gRPC server, plain or TLS, as one type.
+type GrpcFuture =
+    std::pin::Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>>;
+
+/// Streams a client may reset before sluice has accepted them (h2's own
+/// default, set explicitly because tonic leaves it unset).
+const MAX_PENDING_RESETS: usize = 20;
+
+/// The services, each behind its guard, with the HTTP/2 bounds.
+pub(super) fn router(
+    limiter: &RateLimiter,
+    health: HealthServer<impl Health>,
+    opts: &ServeOptions,
+    token: &CancellationToken,
+) -> Router {
+    let quota = QuotaService::new(
+        limiter.rules().clone(),
+        limiter.store().clone(),
+        limiter.metrics().clone(),
+        opts.quota,
+        limiter.global_shadow(),
+        token.clone(),
+    );
+    let g = &opts.grpc;
+    let metrics = limiter.metrics();
+    tonic::transport::Server::builder()
+        .max_concurrent_streams(g.max_streams)
+        .http2_keepalive_interval(Some(g.keepalive_interval))
+        .http2_keepalive_timeout(Some(g.keepalive_timeout))
+        // tonic switches hyper's guard off unless asked (RUSTSEC-2024-0003):
+        // a client that keeps opening streams past the cap gets a GOAWAY
+        // instead of one refusal each, forever.
+        .http2_max_local_error_reset_streams(Some(g.max_reset_streams))
+        .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_RESETS))
+        .add_service(health)
+        .add_service(Guard {
+            inner: RateLimitServiceServer::new(limiter.clone())
+                .max_decoding_message_size(opts.max_request_bytes),
+            metrics: metrics.clone(),
+            watch: Watch::Unary(BodyBudget::new(
+                g.body.per_connection,
+                g.body.per_process,
+                g.body.timeout,
+                metrics.clone(),
+            )),
+        })
+        .add_service(Guard {
+            inner: RateLimitQuotaServiceServer::new(quota)
+                .max_decoding_message_size(opts.max_request_bytes),
+            metrics: metrics.clone(),
+            watch: Watch::Stream {
+                first: opts.quota.first_report,
+                idle: opts.quota.stream_idle,
+                metrics: metrics.clone(),
+            },
+        })
+}
+
+/// Serves `router` on the listener until `token` is cancelled: TLS when the
+/// options carry it (its certificate watcher joins `tasks`).
+pub(super) fn serve(
+    listener: GrpcListener,
+    router: Router,
+    opts: &ServeOptions,
+    metrics: &std::sync::Arc<Metrics>,
+    tasks: &TaskTracker,
+    token: &CancellationToken,
+) -> GrpcFuture {
+    let stop = token.clone().cancelled_owned();
+    let (limits, metrics) = (opts.grpc.conn, metrics.clone());
+    match (listener, opts.tls.clone()) {
+        (GrpcListener::Tcp(listener), Some(tls)) => {
+            info!(mutual = tls.mutual(), "gRPC listener speaks TLS");
+            let admitted = conn::accept(listener, limits, Listener::Grpc, metrics, token.clone());
+            let incoming = tls::incoming(admitted, tls.clone(), limits, token.clone());
+            tasks.spawn(tls.watch(token.clone()));
+            Box::pin(router.serve_with_incoming_shutdown(incoming, stop))
+        }
+        (GrpcListener::Tcp(listener), None) => {
+            let admitted = conn::accept(listener, limits, Listener::Grpc, metrics, token.clone());
+            Box::pin(router.serve_with_incoming_shutdown(guarded(admitted, limits), stop))
+        }
+        // main refuses TLS on a Unix socket: its peers are on this host.
+        #[cfg(unix)]
+        (GrpcListener::Unix(listener, _), _) => {
+            let admitted = conn::accept(listener, limits, Listener::Grpc, metrics, token.clone());
+            Box::pin(router.serve_with_incoming_shutdown(guarded(admitted, limits), stop))
+        }
+    }
+}
+
+/// Plain connections under the guards, as tonic's incoming stream.
+fn guarded<S>(
+    admitted: tokio::sync::mpsc::Receiver<conn::Admitted<S>>,
+    limits: ConnLimits,
+) -> impl tokio_stream::Stream<Item = Result<Guarded<S>, std::io::Error>> {
+    tokio_stream::StreamExt::map(
+        tokio_stream::wrappers::ReceiverStream::new(admitted),
+        move |(stream, ticket)| {
+            Ok::<_, std::io::Error>(Guarded::new(stream, ticket, limits, IdleBy::Requests))
+        },
+    )
+}

@@ -1,0 +1,65 @@
+//! The background tasks of a running sluice, in one task set that obeys the
+//! shutdown token: the sweeper, the console's sampler, statsd, the store's
+//! prober, the rule watcher and the xDS client (and the TLS watcher, added
+//! by the gRPC listener).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::ServeOptions;
+use crate::config::{watch, xds};
+use crate::console::{self, Console};
+use crate::limiter::Now;
+use crate::service::RateLimiter;
+use crate::statsd;
+
+/// Spawns every background task into one set; close and wait on it after
+/// the servers have drained.
+pub(super) fn spawn(
+    limiter: &RateLimiter,
+    opts: &ServeOptions,
+    console: &Arc<Console>,
+    token: &CancellationToken,
+) -> TaskTracker {
+    let tasks = TaskTracker::new();
+    tasks.spawn(sweep(limiter.clone(), token.clone()));
+    tasks.spawn(console::run(
+        console.clone(),
+        limiter.clone(),
+        token.clone(),
+    ));
+    if let Some(cfg) = opts.statsd.clone() {
+        tasks.spawn(statsd::run(cfg, limiter.metrics().clone(), token.clone()));
+    }
+    if let Some(prober) = limiter.store().clone().background(token.clone()) {
+        tasks.spawn(prober);
+    }
+    let watch_files = opts.watch_config && opts.xds.is_none();
+    tasks.spawn(watch::Watch::start(limiter.rules().clone(), watch_files).run(token.clone()));
+    if let Some(cfg) = opts.xds.clone() {
+        tasks.spawn(xds::run(cfg, limiter.rules().clone(), token.clone()));
+    }
+    tasks
+}
+
+/// Frees ended windows once a second so memory follows live keys, drops
+/// the metric series of rules no longer in force, and publishes how many
+/// counters live in memory.
+async fn sweep(limiter: RateLimiter, token: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                let store = limiter.store();
+                store.sweep(Now::wall());
+                let c = store.counters();
+                limiter.metrics().counters(c.live, c.evictions);
+                limiter.metrics().prune_rules();
+            }
+            () = token.cancelled() => return,
+        }
+    }
+}
