@@ -5,7 +5,6 @@
 //! abandons idle buckets. When the stream ends, its demand leaves every
 //! fleet so the other Envoys get its share back.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
@@ -30,24 +29,21 @@ use super::usage::Usage;
 use super::{Place, Shared};
 
 mod assign;
+mod state;
+
 use crate::conn::Peer;
 use crate::metrics::Skip;
 use crate::store::demand::{DemandUpdate, UNKNOWN};
+use state::{Ending, Key, State, Tracked};
 
-/// One bucket as this stream knows it.
-struct Bucket {
+/// The shell's part of a bucket: where it counts, and its place under the
+/// instance's bucket caps (given back when dropped).
+struct Shell {
     target: Target,
-    /// Requests per second offered in the last measured report, or UNKNOWN.
-    demand: f64,
-    last_report: Instant,
-    last_busy: Instant,
-    /// What Envoy holds from us.
-    held: Option<Assignment>,
-    /// When this stream last wrote its demand to the bucket's table.
-    written: Option<Instant>,
-    /// Its place under the instance's bucket cap, given back when dropped.
     _place: Place,
 }
+
+type Bucket = Tracked<Shell>;
 
 pub(super) struct QuotaStream {
     shared: Arc<Shared>,
@@ -55,9 +51,8 @@ pub(super) struct QuotaStream {
     /// Whose share of buckets this stream's buckets count against.
     peer: Peer,
     tx: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
-    domain: Option<String>,
-    buckets: HashMap<Vec<(String, String)>, Bucket>,
-    generation: u64,
+    /// The decisions: domain, buckets, their times (the pure part).
+    state: State<Shell>,
     /// Store calls this stream may still make this second.
     budget: CallBudget,
 }
@@ -76,9 +71,7 @@ impl QuotaStream {
             member,
             peer,
             tx,
-            domain: None,
-            buckets: HashMap::new(),
-            generation,
+            state: State::new(generation),
             budget: CallBudget::new(shared_rate, Instant::now()),
         }
     }
@@ -121,23 +114,10 @@ impl QuotaStream {
     }
 
     async fn on_reports(&mut self, reports: RateLimitQuotaUsageReports) -> Result<(), Status> {
-        let domain = match (&self.domain, reports.domain.as_str()) {
-            (_, "") => {
-                return Err(Status::invalid_argument(
-                    "usage reports must name the domain",
-                ));
-            }
-            (None, d) => {
-                self.domain = Some(d.to_owned());
-                d.to_owned()
-            }
-            (Some(known), d) if known == d => d.to_owned(),
-            (Some(known), d) => {
-                return Err(Status::invalid_argument(format!(
-                    "the stream's domain is '{known:.64}'; a report named '{d:.64}'"
-                )));
-            }
-        };
+        let domain = self
+            .state
+            .domain(&reports.domain)
+            .map_err(Status::invalid_argument)?;
         let now = Instant::now();
         let mut answer = Vec::new();
         for usage in reports.bucket_quota_usages {
@@ -164,37 +144,23 @@ impl QuotaStream {
             elapsed,
             rate,
         } = Usage::check(usage)?;
-        let mut key: Vec<(String, String)> = id.bucket.into_iter().collect();
+        let mut key: Key = id.bucket.into_iter().collect();
         key.sort_unstable();
-        if !self.buckets.contains_key(&key) {
-            if self.buckets.len() >= self.shared.opts.max_buckets {
+        if !self.state.knows(&key) {
+            if self.state.len() >= self.shared.opts.max_buckets {
                 return Err(Skip::TooManyBuckets);
             }
             let place = Place::take(&self.shared, self.peer)?;
             let target = resolve(&self.shared, domain, &key);
             target.subscribe(true);
-            self.buckets.insert(
-                key.clone(),
-                Bucket {
-                    target,
-                    demand: UNKNOWN,
-                    last_report: now,
-                    last_busy: now,
-                    held: None,
-                    written: None,
-                    _place: place,
-                },
-            );
+            let shell = Shell {
+                target,
+                _place: place,
+            };
+            self.state.insert(key.clone(), shell, UNKNOWN, now);
         }
-        if let Some(b) = self.buckets.get_mut(&key) {
-            b.last_report = now;
-            if offered != (0, 0) {
-                b.last_busy = now;
-            }
-            if let Some(r) = rate {
-                b.demand = r;
-            }
-            b.target.reported(offered.0, offered.1, elapsed);
+        if let Some(shell) = self.state.report(&key, offered != (0, 0), rate, now) {
+            shell.target.reported(offered.0, offered.1, elapsed);
         }
         Ok(key)
     }
@@ -202,47 +168,33 @@ impl QuotaStream {
     /// The timer: follow rule reloads, drop buckets Envoy forgot, abandon
     /// idle ones, push shares that moved.
     async fn rebalance(&mut self) {
-        let generation = self.shared.rules.current().generation;
-        if generation != self.generation {
-            self.generation = generation;
-            if let Some(domain) = self.domain.clone() {
-                for (key, b) in &mut self.buckets {
-                    b.target.subscribe(false);
-                    b.target.assigned(b.held.as_ref(), &Assignment::AllowAll);
-                    b.target = resolve(&self.shared, &domain, key);
-                    b.target.subscribe(true);
-                    b.held = None;
-                }
-            }
-        }
-        let now = Instant::now();
-        let ttl = self.shared.opts.assignment_ttl;
-        let abandon_after = self.shared.opts.abandon_after;
-        let (mut gone, mut idle) = (Vec::new(), Vec::new());
-        for (key, b) in &self.buckets {
-            if now.duration_since(b.last_report) > ttl * 3 {
-                gone.push(key.clone());
-            } else if now.duration_since(b.last_busy) > abandon_after {
-                idle.push(key.clone());
-            }
-        }
+        let shared = self.shared.clone();
+        self.state.reload(
+            shared.rules.current().generation,
+            |domain, key, held, shell| {
+                shell.target.subscribe(false);
+                shell.target.assigned(held, &Assignment::AllowAll);
+                shell.target = resolve(&shared, domain, key);
+                shell.target.subscribe(true);
+            },
+        );
+        let opts = &self.shared.opts;
+        let ended = self
+            .state
+            .expire(Instant::now(), opts.assignment_ttl, opts.abandon_after);
         let mut actions = Vec::new();
-        for key in gone.iter().chain(&idle) {
-            if let Some(b) = self.buckets.remove(key) {
-                let call = b.written.is_some() && self.afford(1) == 1;
-                self.forget(&b, call).await;
-                if idle.contains(key) {
-                    actions.push(BucketAction {
-                        bucket_id: Some(bucket_id(key)),
-                        bucket_action: Some(Action::AbandonAction(AbandonAction {})),
-                    });
-                }
+        for (key, b, why) in ended {
+            let call = b.written.is_some() && self.afford(1) == 1;
+            self.forget(&b, call).await;
+            if why == Ending::Abandoned {
+                actions.push(BucketAction {
+                    bucket_id: Some(bucket_id(&key)),
+                    bucket_action: Some(Action::AbandonAction(AbandonAction {})),
+                });
             }
         }
         // Those written longest ago (or never) first, while the budgets last.
-        let mut keys: Vec<_> = self.buckets.iter().map(|(k, b)| (b.written, k)).collect();
-        keys.sort_unstable_by_key(|(written, _)| *written);
-        let keys: Vec<_> = keys.into_iter().map(|(_, k)| k.clone()).collect();
+        let keys = self.state.renewal_order();
         actions.extend(self.assign(&keys, true).await);
         self.send(actions).await;
     }
@@ -252,9 +204,10 @@ impl QuotaStream {
     async fn farewell(&mut self) {
         let ttl = self.shared.opts.assignment_ttl;
         let actions = self
-            .buckets
-            .iter()
-            .filter_map(|(k, b)| b.held.map(|h| assignment(bucket_id(k), &h, ttl)))
+            .state
+            .farewell()
+            .into_iter()
+            .map(|(k, held)| assignment(bucket_id(k), &held, ttl))
             .collect();
         self.send(actions).await;
     }
@@ -262,7 +215,7 @@ impl QuotaStream {
     /// Leaves every fleet. Entries the budgets cannot remove now expire
     /// with the assignment TTL.
     async fn leave_all(&mut self) {
-        let buckets: Vec<Bucket> = self.buckets.drain().map(|(_, b)| b).collect();
+        let buckets: Vec<Bucket> = self.state.drain();
         let mut calls = self.afford(buckets.iter().filter(|b| b.written.is_some()).count());
         let leave: Vec<bool> = buckets
             .iter()
@@ -284,9 +237,11 @@ impl QuotaStream {
     /// Takes a bucket's gauges down and, with `call_store`, its demand out
     /// of its fleet.
     async fn forget(&self, b: &Bucket, call_store: bool) {
-        b.target.subscribe(false);
-        b.target.assigned(b.held.as_ref(), &Assignment::AllowAll);
-        if let (true, Some((table, on_failure))) = (call_store, b.target.table()) {
+        b.shell.target.subscribe(false);
+        b.shell
+            .target
+            .assigned(b.held.as_ref(), &Assignment::AllowAll);
+        if let (true, Some((table, on_failure))) = (call_store, b.shell.target.table()) {
             let update = DemandUpdate {
                 table: table.to_owned(),
                 member: self.member,

@@ -36,10 +36,10 @@ impl QuotaStream {
     /// (only on the timer, and only while this stream's own entry is
     /// fresh), or a store call that writes its demand and reads the fleet.
     fn plan(&self, key: &[(String, String)], only_changed: bool, now: Instant) -> Plan {
-        let Some(b) = self.buckets.get(key) else {
+        let Some(b) = self.state.buckets.get(key) else {
             return Plan::NoTable;
         };
-        let Some((table, on_failure)) = b.target.table() else {
+        let Some((table, on_failure)) = b.shell.target.table() else {
             return Plan::NoTable;
         };
         let ttl = self.shared.opts.assignment_ttl;
@@ -120,7 +120,7 @@ impl QuotaStream {
         let ttl = self.shared.opts.assignment_ttl;
         let mut actions = Vec::new();
         for (key, got) in keys.iter().zip(fleets) {
-            let Some(b) = self.buckets.get_mut(key) else {
+            let Some(b) = self.state.buckets.get_mut(key) else {
                 continue;
             };
             let fleet = match got {
@@ -143,7 +143,8 @@ impl QuotaStream {
                 None | Some(Fleet::Allow) => Assignment::AllowAll,
                 Some(Fleet::Deny) => Assignment::DenyAll,
                 Some(Fleet::Members(members)) => {
-                    b.target
+                    b.shell
+                        .target
                         .assignment(self.member, &members, self.shared.global_shadow)
                 }
             };
@@ -155,7 +156,7 @@ impl QuotaStream {
                 (false, Some(held)) => held,
                 _ => new,
             };
-            b.target.assigned(b.held.as_ref(), &give);
+            b.shell.target.assigned(b.held.as_ref(), &give);
             b.held = Some(give);
             actions.push(assignment(bucket_id(key), &give, ttl));
         }

@@ -1,0 +1,193 @@
+//! A quota stream's decisions, pure: the domain it is bound to, the buckets
+//! it knows and when each was last reported and last busy, when a bucket is
+//! gone (not reported for three TTLs) or abandoned (reported idle past
+//! `--quota-abandon-after`), that a rule reload drops what Envoy holds, the
+//! order renewals are made in, and what the farewell renews. Time comes in
+//! as `now` and decisions go out as values; the shell (`stream.rs`) does
+//! tonic, the store, the budgets and the gauges, and keeps its own per-bucket
+//! part in `shell`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::quota::share::Assignment;
+
+/// A bucket's id, its entries sorted.
+pub(super) type Key = Vec<(String, String)>;
+
+/// One bucket as the stream knows it.
+pub(super) struct Tracked<X> {
+    /// Requests per second offered in the last measured report, or UNKNOWN.
+    pub(super) demand: f64,
+    pub(super) last_report: Instant,
+    pub(super) last_busy: Instant,
+    /// What Envoy holds from us.
+    pub(super) held: Option<Assignment>,
+    /// When this stream last wrote its demand to the bucket's table.
+    pub(super) written: Option<Instant>,
+    /// The shell's part (its target, its place under the caps).
+    pub(super) shell: X,
+}
+
+/// Why a bucket leaves the stream on the timer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ending {
+    /// Envoy stopped reporting it: it forgot the bucket.
+    Gone,
+    /// Reported, but idle too long: Envoy is told to abandon it.
+    Abandoned,
+}
+
+/// The stream's state.
+pub(super) struct State<X> {
+    domain: Option<String>,
+    pub(super) buckets: HashMap<Key, Tracked<X>>,
+    generation: u64,
+}
+
+impl<X> State<X> {
+    /// A stream that has seen nothing yet, under rules of `generation`.
+    pub(super) fn new(generation: u64) -> State<X> {
+        State {
+            domain: None,
+            buckets: HashMap::new(),
+            generation,
+        }
+    }
+
+    /// The domain a report names: the first binds the stream, and every
+    /// later report must name the same. `Err` is the message the stream
+    /// ends with.
+    pub(super) fn domain(&mut self, named: &str) -> Result<String, String> {
+        match &self.domain {
+            _ if named.is_empty() => Err("usage reports must name the domain".into()),
+            None => {
+                self.domain = Some(named.to_owned());
+                Ok(named.to_owned())
+            }
+            Some(known) if known == named => Ok(named.to_owned()),
+            Some(known) => Err(format!(
+                "the stream's domain is '{known:.64}'; a report named '{named:.64}'"
+            )),
+        }
+    }
+
+    pub(super) fn knows(&self, key: &Key) -> bool {
+        self.buckets.contains_key(key)
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// A bucket first reported at `now`; its demand is not known yet.
+    pub(super) fn insert(&mut self, key: Key, shell: X, unknown: f64, now: Instant) {
+        self.buckets.insert(
+            key,
+            Tracked {
+                demand: unknown,
+                last_report: now,
+                last_busy: now,
+                held: None,
+                written: None,
+                shell,
+            },
+        );
+    }
+
+    /// A report of `key` at `now`: `busy` when it carried requests, and the
+    /// offered rate when it could be measured. Returns the shell's part.
+    pub(super) fn report(
+        &mut self,
+        key: &Key,
+        busy: bool,
+        rate: Option<f64>,
+        now: Instant,
+    ) -> Option<&mut X> {
+        let b = self.buckets.get_mut(key)?;
+        b.last_report = now;
+        if busy {
+            b.last_busy = now;
+        }
+        if let Some(r) = rate {
+            b.demand = r;
+        }
+        Some(&mut b.shell)
+    }
+
+    /// Rules of `generation` are live. When they changed, every bucket is
+    /// handed to `rebind` with what Envoy held (its rule may be another now),
+    /// and holds nothing afterwards, so the next assignment is pushed.
+    pub(super) fn reload(
+        &mut self,
+        generation: u64,
+        mut rebind: impl FnMut(&str, &Key, Option<&Assignment>, &mut X),
+    ) -> bool {
+        if generation == self.generation {
+            return false;
+        }
+        self.generation = generation;
+        let Some(domain) = self.domain.as_deref() else {
+            return true;
+        };
+        for (key, b) in &mut self.buckets {
+            rebind(domain, key, b.held.as_ref(), &mut b.shell);
+            b.held = None;
+        }
+        true
+    }
+
+    /// Takes out the buckets that end at `now`: gone first (no report for
+    /// three TTLs), then abandoned (no requests for `abandon_after`).
+    pub(super) fn expire(
+        &mut self,
+        now: Instant,
+        ttl: Duration,
+        abandon_after: Duration,
+    ) -> Vec<(Key, Tracked<X>, Ending)> {
+        let (mut gone, mut idle) = (Vec::new(), Vec::new());
+        for (key, b) in &self.buckets {
+            if now.duration_since(b.last_report) > ttl * 3 {
+                gone.push(key.clone());
+            } else if now.duration_since(b.last_busy) > abandon_after {
+                idle.push(key.clone());
+            }
+        }
+        let ending = |keys: Vec<Key>, why| keys.into_iter().map(move |k| (k, why));
+        let mut out = Vec::new();
+        for (key, why) in ending(gone, Ending::Gone).chain(ending(idle, Ending::Abandoned)) {
+            if let Some(b) = self.buckets.remove(&key) {
+                out.push((key, b, why));
+            }
+        }
+        out
+    }
+
+    /// Every bucket, those written longest ago (or never) first: the order
+    /// the timer renews them in while the store budgets last.
+    pub(super) fn renewal_order(&self) -> Vec<Key> {
+        let mut keys: Vec<_> = self.buckets.iter().map(|(k, b)| (b.written, k)).collect();
+        keys.sort_unstable_by_key(|(written, _)| *written);
+        keys.into_iter().map(|(_, k)| k.clone()).collect()
+    }
+
+    /// What the farewell renews: every assignment Envoy holds, so it keeps
+    /// enforcing its share for one more TTL while it reconnects elsewhere.
+    pub(super) fn farewell(&self) -> Vec<(&Key, Assignment)> {
+        self.buckets
+            .iter()
+            .filter_map(|(k, b)| b.held.map(|h| (k, h)))
+            .collect()
+    }
+
+    /// Every bucket, taken out: the stream has ended.
+    pub(super) fn drain(&mut self) -> Vec<Tracked<X>> {
+        self.buckets.drain().map(|(_, b)| b).collect()
+    }
+}
+
+#[cfg(test)]
+#[path = "state_tests.rs"]
+mod tests;
