@@ -19,6 +19,8 @@
 //! - [`server`]: runs both on caller-bound listeners with one shutdown path.
 //! - [`request`]: a `RateLimitRequest` checked against the bounds;
 //!   [`protojson`]: the `/json` door's codec; [`metrics`]: Prometheus text.
+//! - [`key`]: collision-free counter keys, shared by the stores and the
+//!   console's top keys.
 //! - [`fuzzing`]: entry points for cargo-fuzz; [`hex`]: lowercase hex.
 
 #![forbid(unsafe_code)]
@@ -44,6 +46,7 @@ pub mod console;
 pub mod fuzzing;
 pub mod health_probe;
 pub mod hex;
+pub mod key;
 pub mod limiter;
 pub mod metrics;
 pub mod privacy;

@@ -372,11 +372,12 @@ mod render;
 mod stats;
 mod top;
 
+pub use crate::limiter::StatDelta;
 pub use bounds::Bound;
 use bounds::BoundCounters;
 pub use quota::Skip;
 use stats::Histogram;
-pub use stats::{RuleStats, StatDelta};
+pub use stats::RuleStats;
 pub use top::{
     MAX_TEXT as TOP_KEY_BYTES, TopKey, TopKeys, WINDOW_SECONDS as TOP_KEYS_WINDOW_SECONDS,
 };

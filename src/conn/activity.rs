@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::seats::Peer;
+use super::peer::Peer;
 
 /// Requests in flight over all of one peer's connections: past its share,
 /// sluice stops reading from that peer's connections until some finish.

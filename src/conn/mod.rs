@@ -29,13 +29,14 @@ use crate::metrics::{Bound, Listener, Metrics};
 mod activity;
 mod body;
 mod guarded;
+mod peer;
 mod seats;
 
 pub(crate) use activity::{Activity, InFlight};
 pub use body::Metered;
 pub(crate) use body::{BodyBudget, Watch};
 pub(crate) use guarded::{Guarded, IdleBy};
-pub(crate) use seats::Peer;
+pub(crate) use peer::Peer;
 use seats::{Held, SeatLimits, Seats};
 
 const ACCEPT_BACKOFF_FIRST: Duration = Duration::from_millis(10);

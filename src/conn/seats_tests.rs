@@ -1,3 +1,5 @@
+use std::net::IpAddr;
+
 use super::*;
 
 fn peer(n: u8) -> Peer {

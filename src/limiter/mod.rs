@@ -8,7 +8,15 @@ mod window;
 pub use shape::{Algorithm, Refill, Tally, sliding_estimate, sliding_wait_seconds};
 pub use window::{MAX_WINDOW_SECONDS, Now, Period, Unit, Window, WindowStart};
 
-use crate::metrics::StatDelta;
+/// What one decision adds to a rule's counters.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StatDelta {
+    pub total_hits: u64,
+    pub over_limit: u64,
+    pub near_limit: u64,
+    pub within_limit: u64,
+    pub shadow_mode: u64,
+}
 
 /// The share of a limit above which hits count as `near_limit` (the reference's
 /// default `NEAR_LIMIT_RATIO`).

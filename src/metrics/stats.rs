@@ -3,6 +3,8 @@
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
+use crate::limiter::StatDelta;
+
 /// The per-rule counters of the reference (`total_hits`, `over_limit`, ...).
 #[derive(Debug, Default)]
 pub struct RuleStats {
@@ -23,16 +25,6 @@ pub struct RuleStats {
     /// A `detailed_metric` label set (kept when its rule leaves: bounded by
     /// `--max-detailed-metrics`), not a configured rule.
     pub(super) detailed: AtomicBool,
-}
-
-/// What one decision adds to a rule's counters.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct StatDelta {
-    pub total_hits: u64,
-    pub over_limit: u64,
-    pub near_limit: u64,
-    pub within_limit: u64,
-    pub shadow_mode: u64,
 }
 
 impl RuleStats {

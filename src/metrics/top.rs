@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use parking_lot::Mutex;
 
-use crate::store::CounterKey;
+use crate::key::CounterKey;
 
 /// Seconds a generation of the sketch counts before it becomes the previous one.
 pub const ROTATE_SECONDS: u64 = 30;

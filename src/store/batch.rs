@@ -184,7 +184,7 @@ async fn send(pool: Pooled<Manager>, script: Arc<Script>, jobs: Vec<Job>) {
         coalesced.add_to(&mut inv);
         inv.invoke_async(&mut conn)
             .await
-            .map_err(|e| super::redis::classify(&e))
+            .map_err(|e| super::pool::classify(&e))
     }
     .await
     // A reply that does not match the call is the store's fault: nobody is

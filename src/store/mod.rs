@@ -7,7 +7,6 @@ mod cache;
 mod coalesce;
 pub mod demand;
 mod io_thread;
-mod key;
 mod lag;
 pub mod memcache;
 mod memory;
@@ -21,8 +20,8 @@ mod sentinel;
 use std::future::Future;
 use std::pin::Pin;
 
+pub use crate::key::{CounterKey, KeySpace};
 pub use cache::OverLimitCache;
-pub use key::{CounterKey, KeySpace};
 pub use memory::{DEFAULT_MAX_COUNTERS, MemoryStore};
 pub use policy::{FailurePolicy, shed};
 pub use resilient::{Primary, Resilient, ResilientOptions};

@@ -53,6 +53,17 @@ pub(super) fn client(url: &str, tls: Option<&RedisTls>) -> Result<Client, StoreE
     }
 }
 
+/// A Redis error as a store error: a reply that cannot be read is a bad
+/// reply; everything else means the store cannot count right now.
+pub(super) fn classify(e: &redis::RedisError) -> StoreError {
+    match e.kind() {
+        redis::ErrorKind::UnexpectedReturnType | redis::ErrorKind::Parse => {
+            StoreError::BadReply(e.to_string())
+        }
+        _ => StoreError::Unavailable(e.to_string()),
+    }
+}
+
 /// A pool that reports why it has no connection. bb8 makes connections in
 /// the background and a waiting checkout only ever sees "Timed out in bb8",
 /// which hid Redis's own words (a refused port, a protected-mode `DENIED`, a

@@ -28,24 +28,13 @@ use super::batch::Batcher;
 use super::demand::{self, DemandUpdate, MemberDemand};
 use super::io_thread::IoThread;
 pub use super::pool::RedisTls;
-use super::pool::{self, Manager, Pooled};
+use super::pool::{self, Manager, Pooled, classify};
 pub use super::script::EXPIRY_SLACK_SECONDS;
 use super::script::{Op, SCRIPT, decode};
 pub use super::sentinel::Sentinel;
 use super::{Increment, StoreError};
 use crate::limiter::Now;
 use crate::limiter::{Algorithm, Tally};
-
-/// A Redis error as a store error: a reply that cannot be read is a bad
-/// reply; everything else means the store cannot count right now.
-pub(super) fn classify(e: &redis::RedisError) -> StoreError {
-    match e.kind() {
-        redis::ErrorKind::UnexpectedReturnType | redis::ErrorKind::Parse => {
-            StoreError::BadReply(e.to_string())
-        }
-        _ => StoreError::Unavailable(e.to_string()),
-    }
-}
 
 /// Settings of the Redis store.
 #[derive(Debug, Clone)]
