@@ -1,10 +1,8 @@
 //! Bounds on what one request, connection or peer may take.
 
-use std::time::Duration;
-
 use clap::Args;
 
-use super::parse_duration;
+use super::Span;
 use crate::admin::{AdminAccess, AdminLimits};
 use crate::conn::ConnLimits;
 use crate::metrics::MetricLimits;
@@ -70,8 +68,8 @@ pub struct ConnArgs {
     pub(crate) grpc_max_in_flight_per_peer: usize,
     /// Close a connection that has not sent its HTTP/2 preface (admin: any
     /// byte; TLS: finished its handshake) within this.
-    #[arg(long, env = "SLUICE_HANDSHAKE_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
-    pub(crate) handshake_timeout: Duration,
+    #[arg(long, env = "SLUICE_HANDSHAKE_TIMEOUT", default_value_t = Span(GrpcLimits::default().conn.handshake_timeout))]
+    pub(crate) handshake_timeout: Span,
     /// Concurrent HTTP/2 streams per gRPC connection.
     #[arg(long, env = "SLUICE_GRPC_MAX_STREAMS", default_value_t = GrpcLimits::default().max_streams)]
     pub(crate) grpc_max_streams: u32,
@@ -80,14 +78,14 @@ pub struct ConnArgs {
     #[arg(long, env = "SLUICE_GRPC_MAX_RESET_STREAMS", default_value_t = GrpcLimits::default().max_reset_streams)]
     pub(crate) grpc_max_reset_streams: usize,
     /// Close a gRPC connection with no request for this long.
-    #[arg(long, env = "SLUICE_GRPC_IDLE_TIMEOUT", default_value = "300s", value_parser = parse_duration)]
-    pub(crate) grpc_idle_timeout: Duration,
+    #[arg(long, env = "SLUICE_GRPC_IDLE_TIMEOUT", default_value_t = Span(GrpcLimits::default().conn.idle_timeout))]
+    pub(crate) grpc_idle_timeout: Span,
     /// Interval of HTTP/2 PINGs on gRPC connections.
-    #[arg(long, env = "SLUICE_GRPC_KEEPALIVE_INTERVAL", default_value = "60s", value_parser = parse_duration)]
-    pub(crate) grpc_keepalive_interval: Duration,
+    #[arg(long, env = "SLUICE_GRPC_KEEPALIVE_INTERVAL", default_value_t = Span(GrpcLimits::default().keepalive_interval))]
+    pub(crate) grpc_keepalive_interval: Span,
     /// Close a gRPC connection whose PING is not answered within this.
-    #[arg(long, env = "SLUICE_GRPC_KEEPALIVE_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
-    pub(crate) grpc_keepalive_timeout: Duration,
+    #[arg(long, env = "SLUICE_GRPC_KEEPALIVE_TIMEOUT", default_value_t = Span(GrpcLimits::default().keepalive_timeout))]
+    pub(crate) grpc_keepalive_timeout: Span,
     /// Open admin connections; at the cap a newcomer is seated by closing
     /// the least useful connection.
     #[arg(long, env = "SLUICE_ADMIN_MAX_CONNECTIONS", default_value_t = AdminLimits::default().conn.max_connections)]
@@ -96,15 +94,15 @@ pub struct ConnArgs {
     #[arg(long, env = "SLUICE_ADMIN_MAX_CONNECTIONS_PER_PEER", default_value_t = AdminLimits::default().conn.max_per_peer)]
     pub(crate) admin_max_connections_per_peer: usize,
     /// Close an admin connection that sends nothing for this long.
-    #[arg(long, env = "SLUICE_ADMIN_IDLE_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
-    pub(crate) admin_idle_timeout: Duration,
+    #[arg(long, env = "SLUICE_ADMIN_IDLE_TIMEOUT", default_value_t = Span(AdminLimits::default().conn.idle_timeout))]
+    pub(crate) admin_idle_timeout: Span,
     /// Longest time for an admin request's headers to arrive.
-    #[arg(long, env = "SLUICE_ADMIN_HEADER_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
-    pub(crate) admin_header_timeout: Duration,
+    #[arg(long, env = "SLUICE_ADMIN_HEADER_TIMEOUT", default_value_t = Span(AdminLimits::default().header_timeout))]
+    pub(crate) admin_header_timeout: Span,
     /// A ShouldRateLimit body not whole within this is refused (Envoy sends
     /// it at once).
-    #[arg(long, env = "SLUICE_BODY_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
-    pub(crate) body_timeout: Duration,
+    #[arg(long, env = "SLUICE_BODY_TIMEOUT", default_value_t = Span(BodyLimits::default().timeout))]
+    pub(crate) body_timeout: Span,
     /// Request body bytes received and not yet decoded on one connection;
     /// past it, requests are refused RESOURCE_EXHAUSTED.
     #[arg(long, env = "SLUICE_MAX_CONNECTION_BODY_BYTES", default_value_t = BodyLimits::default().per_connection)]
@@ -125,19 +123,19 @@ impl ConnArgs {
             conn: ConnLimits {
                 max_connections: self.grpc_max_connections,
                 max_per_peer: self.grpc_max_connections_per_peer,
-                handshake_timeout: self.handshake_timeout,
+                handshake_timeout: self.handshake_timeout.0,
                 max_in_flight_per_peer: self.grpc_max_in_flight_per_peer,
-                idle_timeout: self.grpc_idle_timeout,
+                idle_timeout: self.grpc_idle_timeout.0,
                 // A peer that takes none of our bytes is as dead as one that
                 // does not answer a PING.
-                write_stall: self.grpc_keepalive_timeout,
+                write_stall: self.grpc_keepalive_timeout.0,
             },
             max_streams: self.grpc_max_streams,
             max_reset_streams: self.grpc_max_reset_streams,
-            keepalive_interval: self.grpc_keepalive_interval,
-            keepalive_timeout: self.grpc_keepalive_timeout,
+            keepalive_interval: self.grpc_keepalive_interval.0,
+            keepalive_timeout: self.grpc_keepalive_timeout.0,
             body: BodyLimits {
-                timeout: self.body_timeout,
+                timeout: self.body_timeout.0,
                 per_connection: self.max_connection_body_bytes,
                 per_process: self.max_body_bytes,
             },
@@ -149,12 +147,12 @@ impl ConnArgs {
             conn: ConnLimits {
                 max_connections: self.admin_max_connections,
                 max_per_peer: self.admin_max_connections_per_peer,
-                handshake_timeout: self.handshake_timeout,
+                handshake_timeout: self.handshake_timeout.0,
                 max_in_flight_per_peer: 0,
-                idle_timeout: self.admin_idle_timeout,
-                write_stall: self.admin_idle_timeout,
+                idle_timeout: self.admin_idle_timeout.0,
+                write_stall: self.admin_idle_timeout.0,
             },
-            header_timeout: self.admin_header_timeout,
+            header_timeout: self.admin_header_timeout.0,
             access: AdminAccess {
                 allowed_hosts: self
                     .admin_allowed_hosts

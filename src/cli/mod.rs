@@ -108,6 +108,31 @@ pub enum LogFormat {
     Json,
 }
 
+/// A duration flag, written `10s`, `500ms` or `1.5s`, and shown the same way
+/// in `--help`: a default is then the library's own value (`default_value_t
+/// = Span(QuotaOptions::default().assignment_ttl)`), written once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span(pub Duration);
+
+impl std::str::FromStr for Span {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Span, String> {
+        parse_duration(s).map(Span)
+    }
+}
+
+impl std::fmt::Display for Span {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ms = self.0.as_millis();
+        if ms % 1000 == 0 {
+            write!(f, "{}s", ms / 1000)
+        } else {
+            write!(f, "{ms}ms")
+        }
+    }
+}
+
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let (n, scale) = if let Some(n) = s.strip_suffix("ms") {
         (n, 0.001)

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::{
-    ConnArgs, LimitArgs, LogFormat, StoreArgs, pairs, parse_duration, parse_mode, parse_ratio,
+    ConnArgs, LimitArgs, LogFormat, Span, StoreArgs, pairs, parse_duration, parse_mode, parse_ratio,
 };
 use crate::admin::HealthcheckPolicy;
 use crate::config::LoadOptions;
@@ -43,14 +43,14 @@ pub struct QuotaArgs {
     #[arg(long, env = "SLUICE_QUOTA_MAX_TOTAL_BUCKETS", default_value_t = QuotaOptions::default().max_total_buckets)]
     pub(crate) quota_max_total_buckets: usize,
     /// How long an assignment holds unless renewed (whole seconds, at least 1).
-    #[arg(long, env = "SLUICE_QUOTA_ASSIGNMENT_TTL", default_value = "15s", value_parser = parse_duration)]
-    pub(crate) quota_assignment_ttl: Duration,
+    #[arg(long, env = "SLUICE_QUOTA_ASSIGNMENT_TTL", default_value_t = Span(QuotaOptions::default().assignment_ttl))]
+    pub(crate) quota_assignment_ttl: Span,
     /// How often each stream re-reads its fleets and pushes shares that moved.
-    #[arg(long, env = "SLUICE_QUOTA_REBALANCE_INTERVAL", default_value = "1s", value_parser = parse_duration)]
-    pub(crate) quota_rebalance_interval: Duration,
+    #[arg(long, env = "SLUICE_QUOTA_REBALANCE_INTERVAL", default_value_t = Span(QuotaOptions::default().rebalance))]
+    pub(crate) quota_rebalance_interval: Span,
     /// A bucket reported with no requests for this long is abandoned.
-    #[arg(long, env = "SLUICE_QUOTA_ABANDON_AFTER", default_value = "300s", value_parser = parse_duration)]
-    pub(crate) quota_abandon_after: Duration,
+    #[arg(long, env = "SLUICE_QUOTA_ABANDON_AFTER", default_value_t = Span(QuotaOptions::default().abandon_after))]
+    pub(crate) quota_abandon_after: Span,
     /// Store calls (demand writes and fleet reads) one quota stream may make
     /// per second; more wait for the rebalance timer.
     #[arg(long, env = "SLUICE_QUOTA_STREAM_STORE_RATE", default_value_t = QuotaOptions::default().stream_store_rate)]
@@ -68,12 +68,12 @@ pub struct QuotaArgs {
     #[arg(long, env = "SLUICE_QUOTA_MAX_BUCKETS_PER_PEER", default_value_t = QuotaOptions::default().max_buckets_per_peer)]
     pub(crate) quota_max_buckets_per_peer: usize,
     /// End a quota stream whose first report has not come within this.
-    #[arg(long, env = "SLUICE_QUOTA_FIRST_REPORT_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
-    pub(crate) quota_first_report_timeout: Duration,
+    #[arg(long, env = "SLUICE_QUOTA_FIRST_REPORT_TIMEOUT", default_value_t = Span(QuotaOptions::default().first_report))]
+    pub(crate) quota_first_report_timeout: Span,
     /// End a quota stream that sends nothing for this long (Envoy reports
     /// every 5 s).
-    #[arg(long, env = "SLUICE_QUOTA_STREAM_IDLE", default_value = "60s", value_parser = parse_duration)]
-    pub(crate) quota_stream_idle: Duration,
+    #[arg(long, env = "SLUICE_QUOTA_STREAM_IDLE", default_value_t = Span(QuotaOptions::default().stream_idle))]
+    pub(crate) quota_stream_idle: Span,
 }
 
 impl QuotaArgs {
@@ -82,17 +82,18 @@ impl QuotaArgs {
             max_streams: self.quota_max_streams,
             max_buckets: self.quota_max_buckets,
             max_total_buckets: self.quota_max_total_buckets,
-            assignment_ttl: self.quota_assignment_ttl.max(Duration::from_secs(1)),
+            assignment_ttl: self.quota_assignment_ttl.0.max(Duration::from_secs(1)),
             rebalance: self
                 .quota_rebalance_interval
+                .0
                 .max(Duration::from_millis(100)),
-            abandon_after: self.quota_abandon_after,
+            abandon_after: self.quota_abandon_after.0,
             stream_store_rate: self.quota_stream_store_rate,
             store_rate: self.quota_store_rate,
             max_streams_per_peer: self.quota_max_streams_per_peer,
             max_buckets_per_peer: self.quota_max_buckets_per_peer,
-            first_report: self.quota_first_report_timeout,
-            stream_idle: self.quota_stream_idle,
+            first_report: self.quota_first_report_timeout.0,
+            stream_idle: self.quota_stream_idle.0,
         }
     }
 }
@@ -138,15 +139,15 @@ pub struct ServeArgs {
     pub(crate) xds_tls_server_name: Option<String>,
     /// HTTP/2 PING interval on the xDS stream; a stream whose PING is not
     /// answered within --xds-keepalive-timeout is replaced.
-    #[arg(long, env = "SLUICE_XDS_KEEPALIVE_INTERVAL", default_value = "30s", value_parser = parse_duration)]
-    pub(crate) xds_keepalive_interval: Duration,
+    #[arg(long, env = "SLUICE_XDS_KEEPALIVE_INTERVAL", default_value_t = Span(XdsConfig::DEFAULT_KEEPALIVE))]
+    pub(crate) xds_keepalive_interval: Span,
     /// How long an xDS PING may go unanswered before the stream is replaced.
-    #[arg(long, env = "SLUICE_XDS_KEEPALIVE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
-    pub(crate) xds_keepalive_timeout: Duration,
+    #[arg(long, env = "SLUICE_XDS_KEEPALIVE_TIMEOUT", default_value_t = Span(XdsConfig::DEFAULT_KEEPALIVE_TIMEOUT))]
+    pub(crate) xds_keepalive_timeout: Span,
     /// xDS versions closer together than this are coalesced: the newest is
     /// applied, the ones it supersedes are not.
-    #[arg(long, env = "SLUICE_XDS_MIN_APPLY_INTERVAL", default_value = "1s", value_parser = parse_duration)]
-    pub(crate) xds_min_apply_interval: Duration,
+    #[arg(long, env = "SLUICE_XDS_MIN_APPLY_INTERVAL", default_value_t = Span(XdsConfig::DEFAULT_MIN_APPLY_INTERVAL))]
+    pub(crate) xds_min_apply_interval: Span,
     /// Address of the gRPC server (RateLimitService and grpc.health.v1).
     #[arg(long, env = "SLUICE_GRPC_ADDR", default_value = "127.0.0.1:8081")]
     pub(crate) grpc_addr: SocketAddr,
@@ -332,9 +333,9 @@ impl ServeArgs {
                 cert: self.xds_tls_cert.clone().zip(self.xds_tls_key.clone()),
                 server_name: self.xds_tls_server_name.clone(),
             }),
-            keepalive: self.xds_keepalive_interval,
-            keepalive_timeout: self.xds_keepalive_timeout,
-            min_apply_interval: self.xds_min_apply_interval,
+            keepalive: self.xds_keepalive_interval.0,
+            keepalive_timeout: self.xds_keepalive_timeout.0,
+            min_apply_interval: self.xds_min_apply_interval.0,
             ..XdsConfig::new(server.to_owned(), self.xds_node_id.clone())
         })
     }

@@ -61,6 +61,13 @@ pub struct XdsConfig {
 }
 
 impl XdsConfig {
+    /// HTTP/2 PING interval on the stream (`--xds-keepalive-interval`).
+    pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(30);
+    /// How long a PING may go unanswered (`--xds-keepalive-timeout`).
+    pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+    /// Versions closer together are coalesced (`--xds-min-apply-interval`).
+    pub const DEFAULT_MIN_APPLY_INTERVAL: Duration = Duration::from_secs(1);
+
     /// A config for `server` with the default timings.
     pub fn new(server: String, node_id: String) -> XdsConfig {
         XdsConfig {
@@ -69,9 +76,9 @@ impl XdsConfig {
             headers: Vec::new(),
             node_metadata: Vec::new(),
             tls: None,
-            keepalive: Duration::from_secs(30),
-            keepalive_timeout: Duration::from_secs(10),
-            min_apply_interval: Duration::from_secs(1),
+            keepalive: XdsConfig::DEFAULT_KEEPALIVE,
+            keepalive_timeout: XdsConfig::DEFAULT_KEEPALIVE_TIMEOUT,
+            min_apply_interval: XdsConfig::DEFAULT_MIN_APPLY_INTERVAL,
         }
     }
 }
