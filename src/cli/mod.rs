@@ -170,3 +170,6 @@ pub(crate) fn parse_mode(s: &str) -> Result<u32, String> {
         .filter(|m| *m <= 0o777)
         .ok_or_else(|| format!("'{s}' is not an octal mode such as 660"))
 }
+
+#[cfg(test)]
+mod tests;

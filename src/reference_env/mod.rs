@@ -14,7 +14,7 @@
 mod store;
 mod table;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::collections::BTreeMap;
 

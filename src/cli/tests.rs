@@ -1,0 +1,41 @@
+use clap::Parser as _;
+
+use super::*;
+
+#[test]
+fn spans_read_and_show_as_written() {
+    for (text, shown) in [
+        ("15s", "15s"),
+        ("500ms", "500ms"),
+        ("1.5s", "1500ms"),
+        ("300", "300s"),
+    ] {
+        let span: Span = text.parse().expect(text);
+        assert_eq!(span.to_string(), shown);
+        assert_eq!(
+            span.to_string().parse::<Span>(),
+            Ok(span),
+            "{text} round-trips"
+        );
+    }
+    assert!("ten seconds".parse::<Span>().is_err());
+}
+
+/// What ratelimit mode makes of Envoy Gateway's environment is a command
+/// line clap takes, with the settings it names.
+#[test]
+fn the_reference_environment_parses_as_serve_flags() {
+    let env = crate::reference_env::tests::ENVOY_GATEWAY
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()));
+    let t = crate::reference_env::translate(env).expect("translates");
+    let cli = Cli::try_parse_from(std::iter::once("sluice".to_owned()).chain(t.args))
+        .expect("clap takes the translation");
+    let Some(Command::Serve(args)) = cli.command else {
+        panic!("a serve command");
+    };
+    assert_eq!(args.admin_addr.len(), 3);
+    assert_eq!(args.grpc_addr.port(), 8081);
+    assert!(args.tls_files().is_some_and(|f| f.client_ca.is_some()));
+    assert!(args.xds().is_some_and(|x| x.tls.is_some()));
+}
