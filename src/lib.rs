@@ -5,7 +5,7 @@
 //!   [`app`]: the composition root that builds and runs what they describe;
 //!   [`reference_env`]: `ratelimit` mode, envoyproxy/ratelimit's environment
 //!   as those flags; [`health_probe`]: `sluice health`.
-//! - [`bench`]: `sluice bench`, a load generator for any rate-limit service.
+//! - [`loadgen`]: `sluice bench`, a load generator for any rate-limit service.
 //! - [`config`]: the YAML model, validation, the compiled matcher, loading.
 //! - [`limiter`]: pure decisions (windows, hits, statuses, Retry-After).
 //! - [`store`]: counter stores behind one trait.
@@ -38,7 +38,6 @@
 
 pub mod admin;
 pub mod app;
-pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod conn;
@@ -48,6 +47,7 @@ pub mod health_probe;
 pub mod hex;
 pub mod key;
 pub mod limiter;
+pub mod loadgen;
 pub mod metrics;
 pub mod privacy;
 pub mod protojson;

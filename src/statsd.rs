@@ -174,6 +174,18 @@ impl Sent {
         tags: &[String],
         mogrifiers: &[Mogrifier],
     ) -> Vec<String> {
+        let mut lines = self.rule_lines(metrics, tags, mogrifiers);
+        self.service_lines(metrics, tags, mogrifiers, &mut lines);
+        lines
+    }
+
+    /// The per-rule counters that grew since the last flush.
+    fn rule_lines(
+        &mut self,
+        metrics: &Metrics,
+        tags: &[String],
+        mogrifiers: &[Mogrifier],
+    ) -> Vec<String> {
         let mut lines = Vec::new();
         for (key, stats) in metrics.rule_snapshot() {
             let last = self.rules.entry(key.clone()).or_default();
@@ -198,6 +210,17 @@ impl Sent {
                 }
             }
         }
+        lines
+    }
+
+    /// The service's own counters that grew, and the mean response time.
+    fn service_lines(
+        &mut self,
+        metrics: &Metrics,
+        tags: &[String],
+        mogrifiers: &[Mogrifier],
+        lines: &mut Vec<String>,
+    ) {
         let now = metrics.service_totals();
         let was = std::mem::replace(&mut self.service, now);
         for (stat, n, w) in [
@@ -243,7 +266,6 @@ impl Sent {
                 mogrifiers,
             ));
         }
-        lines
     }
 }
 

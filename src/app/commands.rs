@@ -42,7 +42,7 @@ pub fn check(args: &CheckArgs) -> Result<ExitCode, AppError> {
 }
 
 pub fn bench(args: BenchArgs) -> Result<ExitCode, AppError> {
-    let plan = crate::bench::Plan {
+    let plan = crate::loadgen::Plan {
         target: args.target,
         domain: args.domain,
         descriptors: args.descriptors,
@@ -59,7 +59,7 @@ pub fn bench(args: BenchArgs) -> Result<ExitCode, AppError> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let report = runtime.block_on(crate::bench::run(plan))?;
+    let report = runtime.block_on(crate::loadgen::run(plan))?;
     let text = if args.json {
         report.json()
     } else {

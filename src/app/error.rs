@@ -44,7 +44,7 @@ from_errors!(
     crate::store::StoreError,
     crate::server::ServeError,
     crate::telemetry::TelemetryError,
-    crate::bench::BenchError
+    crate::loadgen::BenchError
 );
 
 /// Says what was being done when a step failed.

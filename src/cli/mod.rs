@@ -63,7 +63,7 @@ pub struct BenchArgs {
     /// A descriptor as key=value[,key=value...]; `{n}` in a value becomes one of
     /// --keys distinct values. Repeat for several descriptors per request.
     #[arg(long = "descriptor", required = true)]
-    pub(crate) descriptors: Vec<crate::bench::Template>,
+    pub(crate) descriptors: Vec<crate::loadgen::Template>,
     /// Distinct values of {n}, taken in turn.
     #[arg(long, default_value_t = 1)]
     pub(crate) keys: u64,

@@ -128,22 +128,7 @@ pub async fn run(cfg: XdsConfig, rules: Arc<LiveRules>, token: CancellationToken
 async fn stream(cfg: &XdsConfig, rules: &LiveRules) -> Result<(), String> {
     let mut client = AggregatedDiscoveryServiceClient::new(channel(cfg).await?);
     let (tx, rx) = mpsc::channel(4);
-    let node = Node {
-        id: cfg.node_id.clone(),
-        metadata: (!cfg.node_metadata.is_empty()).then(|| Struct {
-            fields: cfg
-                .node_metadata
-                .iter()
-                .map(|(k, v)| {
-                    let value = Value {
-                        kind: Some(Kind::StringValue(v.clone())),
-                    };
-                    (k.clone(), value)
-                })
-                .collect(),
-        }),
-        ..Default::default()
-    };
+    let node = node(cfg);
     // A reconnect resubscribes with the version in force, as the reference.
     let version = rules.status().version.unwrap_or_default();
     let first = DiscoveryRequest {
@@ -162,13 +147,45 @@ async fn stream(cfg: &XdsConfig, rules: &LiveRules) -> Result<(), String> {
             req.metadata_mut().insert(k, v);
         }
     }
-    let mut responses = client
+    let responses = client
         .stream_aggregated_resources(req)
         .await
         .map_err(|e| e.to_string())?
         .into_inner();
     info!(server = %cfg.server, node = %cfg.node_id, "xDS stream open");
-    let mut applied = version;
+    follow(cfg, rules, responses, &tx, &node, version).await
+}
+
+/// This sluice as the server knows it: its id and metadata.
+fn node(cfg: &XdsConfig) -> Node {
+    Node {
+        id: cfg.node_id.clone(),
+        metadata: (!cfg.node_metadata.is_empty()).then(|| Struct {
+            fields: cfg
+                .node_metadata
+                .iter()
+                .map(|(k, v)| {
+                    let value = Value {
+                        kind: Some(Kind::StringValue(v.clone())),
+                    };
+                    (k.clone(), value)
+                })
+                .collect(),
+        }),
+        ..Default::default()
+    }
+}
+
+/// Applies responses as they come, the newest of any that arrive closer
+/// together than `--xds-min-apply-interval`, and answers each applied one.
+async fn follow(
+    cfg: &XdsConfig,
+    rules: &LiveRules,
+    mut responses: tonic::Streaming<DiscoveryResponse>,
+    tx: &mpsc::Sender<DiscoveryRequest>,
+    node: &Node,
+    mut applied: String,
+) -> Result<(), String> {
     // The newest response not yet applied, and when the next may be.
     let mut pending: Option<DiscoveryResponse> = None;
     let mut next_apply = tokio::time::Instant::now();
@@ -186,7 +203,7 @@ async fn stream(cfg: &XdsConfig, rules: &LiveRules) -> Result<(), String> {
             }
             () = tokio::time::sleep_until(next_apply), if pending.is_some() => {
                 let Some(resp) = pending.take() else { continue };
-                let ack = answer(&resp, rules, &mut applied, &node);
+                let ack = answer(&resp, rules, &mut applied, node);
                 tx.send(ack).await.map_err(|e| e.to_string())?;
                 next_apply = tokio::time::Instant::now() + cfg.min_apply_interval;
             }

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use history::{Journal, Rates};
 
-use crate::config::LimitDef;
+use crate::config::{LimitDef, Rule};
 use crate::limiter::Now;
 use crate::metrics::TOP_KEYS_WINDOW_SECONDS;
 use crate::service::RateLimiter;
@@ -130,32 +130,7 @@ impl Console {
             .domains()
             .into_iter()
             .map(|(name, d)| {
-                let rules: Vec<Value> = d
-                    .rules()
-                    .iter()
-                    .map(|r| {
-                        let samples = st.rates.of(&r.domain, &r.label);
-                        let series = |i: usize| -> Vec<u32> {
-                            samples.iter().map(|s| s.get(i).copied().unwrap_or(0)).collect()
-                        };
-                        let blocking = samples
-                            .iter()
-                            .rev()
-                            .take(BLOCKING_SECONDS)
-                            .any(|s| s.get(2).is_some_and(|o| *o > 0));
-                        let (limit, shape) = describe(&r.limit);
-                        json!({
-                            "path": &*r.path,
-                            "rule": &*r.label,
-                            "name": r.name.as_deref(),
-                            "limit": limit,
-                            "shape": shape,
-                            "shadow_mode": r.shadow_mode,
-                            "blocking": blocking,
-                            "rates": {"requests": series(0), "near_limit": series(1), "over_limit": series(2)},
-                        })
-                    })
-                    .collect();
+                let rules: Vec<Value> = d.rules().iter().map(|r| rule_view(&st.rates, r)).collect();
                 json!({"domain": name, "rules": rules})
             })
             .collect();
@@ -193,6 +168,34 @@ impl Console {
             "quota": {"streams": limiter.metrics().quota_streams()},
         })
     }
+}
+
+/// One rule as the page shows it: its limit and shape, and its last
+/// minutes of requests, near-limit and over-limit hits.
+fn rule_view(rates: &Rates, r: &Rule) -> Value {
+    let samples = rates.of(&r.domain, &r.label);
+    let series = |i: usize| -> Vec<u32> {
+        samples
+            .iter()
+            .map(|s| s.get(i).copied().unwrap_or(0))
+            .collect()
+    };
+    let blocking = samples
+        .iter()
+        .rev()
+        .take(BLOCKING_SECONDS)
+        .any(|s| s.get(2).is_some_and(|o| *o > 0));
+    let (limit, shape) = describe(&r.limit);
+    json!({
+        "path": &*r.path,
+        "rule": &*r.label,
+        "name": r.name.as_deref(),
+        "limit": limit,
+        "shape": shape,
+        "shadow_mode": r.shadow_mode,
+        "blocking": blocking,
+        "rates": {"requests": series(0), "near_limit": series(1), "over_limit": series(2)},
+    })
 }
 
 /// A rule's limit (`30/MINUTE`, `unlimited`) and shape.

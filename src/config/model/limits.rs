@@ -10,6 +10,23 @@ use super::{LimitDef, Parser, RateLimitDef, join, key_of};
 use crate::limiter::{Algorithm, MAX_WINDOW_SECONDS, Period, Unit};
 use crate::store::FailurePolicy;
 
+/// The fields of one `rate_limit` block as written, each with its node (for
+/// the position of an error about it).
+#[derive(Default)]
+struct Fields<'n> {
+    unit: Option<(String, &'n Node)>,
+    requests_per_unit: u32,
+    unlimited: bool,
+    name: Option<String>,
+    replaces: Vec<(String, Location)>,
+    /// The window, when it was valid; `window_given` says one was written.
+    window: Option<(Period, &'n Node)>,
+    window_given: bool,
+    algorithm: Option<(String, &'n Node)>,
+    burst: Option<(u32, &'n Node)>,
+    on_failure: Option<FailurePolicy>,
+}
+
 impl Parser<'_> {
     pub(super) fn rate_limit(&mut self, node: &Node, path: &str) -> Option<RateLimitDef> {
         let entries = match &node.value {
@@ -24,85 +41,101 @@ impl Parser<'_> {
                 return None;
             }
         };
-        let (mut unit, mut rpu, mut unlimited, mut name, mut replaces) =
-            (None, 0u32, false, None, Vec::new());
-        let (mut window, mut algorithm, mut burst) = (None, None, None);
-        let mut window_given = false;
-        let mut on_failure = None;
-        for (k, v) in entries {
-            let key = key_of(k);
-            let field = join(path, key);
-            match key {
-                "unit" => unit = Some((self.string(v, &field).unwrap_or_default(), v)),
-                "requests_per_unit" => rpu = self.uint32(v, &field),
-                "unlimited" => unlimited = self.boolean(v, &field),
-                "name" => name = self.string(v, &field).filter(|s| !s.is_empty()),
-                "replaces" => replaces = self.replaces(v, &field),
-                "window" => {
-                    window_given = true;
-                    window = self.window(v, &field).map(|w| (w, v));
-                }
-                "algorithm" => algorithm = self.string(v, &field).map(|a| (a, v)),
-                "burst" => burst = Some((self.uint32(v, &field), v)),
-                "on_store_failure" => on_failure = self.failure_policy(v, &field),
-                other => self.misplaced(k, other, "rate_limit"),
-            }
-        }
-        let unit_field = join(path, "unit");
-        let limit = if unlimited {
-            if let Some((u, v)) = &unit
+        let f = self.rate_limit_fields(entries, path);
+        let limit = if f.unlimited {
+            if let Some((u, v)) = &f.unit
                 && Unit::parse(u).is_some()
             {
                 self.error(
                     &v.referenced,
-                    &unit_field,
+                    &join(path, "unit"),
                     "should not specify rate limit unit when unlimited",
                 );
             }
             LimitDef::Unlimited
         } else {
-            let period = match (&unit, window) {
-                (Some(_), Some((_, w))) => {
-                    self.error(
-                        &w.referenced,
-                        &join(path, "window"),
-                        "rate_limit has both unit and window; give one",
-                    );
-                    return None;
-                }
-                (None, Some((w, _))) => w,
-                // A window was given and refused: that one error says it.
-                (_, None) if window_given => return None,
-                (_, None) => {
-                    let text = unit.as_ref().map(|(u, _)| u.as_str()).unwrap_or_default();
-                    match Unit::parse(text) {
-                        Some(unit) => Period::Unit(unit),
-                        None => {
-                            let loc = unit
-                                .as_ref()
-                                .map_or(&node.referenced, |(_, v)| &v.referenced);
-                            self.error(
-                                loc,
-                                &unit_field,
-                                format!("invalid rate limit unit '{text}'"),
-                            );
-                            return None;
-                        }
-                    }
-                }
-            };
-            let algorithm = self.algorithm(path, algorithm, burst, rpu)?;
+            let period = self.period(node, path, &f)?;
+            let algorithm = self.algorithm(path, f.algorithm, f.burst, f.requests_per_unit)?;
             LimitDef::Limited {
-                requests_per_unit: rpu,
+                requests_per_unit: f.requests_per_unit,
                 period,
                 algorithm,
             }
         };
+        self.check_replaces(path, f.name.as_deref(), &f.replaces);
+        Some(RateLimitDef {
+            limit,
+            name: f.name,
+            replaces: f.replaces.into_iter().map(|(r, _)| r).collect(),
+            on_failure: f.on_failure,
+        })
+    }
+
+    /// Reads each field of the block; an unknown one is an error.
+    fn rate_limit_fields<'n>(&mut self, entries: &'n [(Node, Node)], path: &str) -> Fields<'n> {
+        let mut f = Fields::default();
+        for (k, v) in entries {
+            let key = key_of(k);
+            let field = join(path, key);
+            match key {
+                "unit" => f.unit = Some((self.string(v, &field).unwrap_or_default(), v)),
+                "requests_per_unit" => f.requests_per_unit = self.uint32(v, &field),
+                "unlimited" => f.unlimited = self.boolean(v, &field),
+                "name" => f.name = self.string(v, &field).filter(|s| !s.is_empty()),
+                "replaces" => f.replaces = self.replaces(v, &field),
+                "window" => {
+                    f.window_given = true;
+                    f.window = self.window(v, &field).map(|w| (w, v));
+                }
+                "algorithm" => f.algorithm = self.string(v, &field).map(|a| (a, v)),
+                "burst" => f.burst = Some((self.uint32(v, &field), v)),
+                "on_store_failure" => f.on_failure = self.failure_policy(v, &field),
+                other => self.misplaced(k, other, "rate_limit"),
+            }
+        }
+        f
+    }
+
+    /// The block's period: a `unit` or a `window`, never both.
+    fn period(&mut self, node: &Node, path: &str, f: &Fields<'_>) -> Option<Period> {
+        match (&f.unit, f.window) {
+            (Some(_), Some((_, w))) => {
+                self.error(
+                    &w.referenced,
+                    &join(path, "window"),
+                    "rate_limit has both unit and window; give one",
+                );
+                None
+            }
+            (None, Some((w, _))) => Some(w),
+            // A window was given and refused: that one error says it.
+            (_, None) if f.window_given => None,
+            (_, None) => {
+                let text = f.unit.as_ref().map(|(u, _)| u.as_str()).unwrap_or_default();
+                if let Some(unit) = Unit::parse(text) {
+                    return Some(Period::Unit(unit));
+                }
+                let loc = f
+                    .unit
+                    .as_ref()
+                    .map_or(&node.referenced, |(_, v)| &v.referenced);
+                self.error(
+                    loc,
+                    &join(path, "unit"),
+                    format!("invalid rate limit unit '{text}'"),
+                );
+                None
+            }
+        }
+    }
+
+    /// `replaces` entries must be names, and not the block's own.
+    fn check_replaces(&mut self, path: &str, name: Option<&str>, replaces: &[(String, Location)]) {
         for (i, (r, loc)) in replaces.iter().enumerate() {
             let field = format!("{path}.replaces[{i}].name");
             if r.is_empty() {
                 self.error(loc, &field, "should not have an empty replaces entry");
-            } else if name.as_deref() == Some(r.as_str()) {
+            } else if name == Some(r.as_str()) {
                 self.error(
                     loc,
                     &field,
@@ -110,12 +143,6 @@ impl Parser<'_> {
                 );
             }
         }
-        Some(RateLimitDef {
-            limit,
-            name,
-            replaces: replaces.into_iter().map(|(r, _)| r).collect(),
-            on_failure,
-        })
     }
 
     /// `rate_limits:`, a list of `rate_limit` blocks.
