@@ -307,3 +307,49 @@ async fn a_thousand_concurrent_requests_admit_exactly_the_limit() {
     let admitted = admitted(&[s.client().await], 1000, "shop", ("hot", "k")).await;
     assert_eq!(admitted, 100);
 }
+
+/// The composition root started inside the test process on port 0, with no
+/// binary: it decides as the binary does, and its stop is the SIGTERM path
+/// (drained, then the port is closed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_app_starts_in_process_on_port_zero() {
+    use clap::Parser as _;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+    let dir = config_dir(&rules());
+    let argv = ["sluice", "serve", "--config"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain([dir.path().display().to_string()])
+        .chain(["--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"].map(str::to_owned));
+    let cli = sluice::cli::Cli::try_parse_from(argv).expect("flags");
+    let Some(sluice::cli::Command::Serve(args)) = cli.command else {
+        panic!("serve");
+    };
+    let running = sluice::app::start(*args).await.expect("starts");
+    let grpc = running.grpc.expect("a TCP listener");
+    let mut c = RateLimitServiceClient::connect(format!("http://{grpc}"))
+        .await
+        .expect("connects");
+    let codes: Vec<i32> = {
+        let mut codes = Vec::new();
+        for _ in 0..4 {
+            codes.push(
+                ask(&mut c, "shop", &[("ip", "in-process")])
+                    .await
+                    .overall_code,
+            );
+        }
+        codes
+    };
+    assert_eq!(codes, [OK, OK, OK, OVER]);
+    let admin = running.admin;
+    let (code, _) = tokio::task::spawn_blocking(move || http(admin, "GET", "/healthcheck", ""))
+        .await
+        .expect("admin");
+    assert_eq!(code, 200);
+    running.stop().await.expect("drains");
+    assert!(
+        tokio::net::TcpStream::connect(grpc).await.is_err(),
+        "the listener is closed once stopped"
+    );
+}

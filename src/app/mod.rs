@@ -7,6 +7,8 @@ mod error;
 mod listen;
 mod store;
 
+use std::future::Future;
+use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -134,18 +136,47 @@ fn load_rules(args: &ServeArgs, metrics: &Arc<Metrics>) -> Option<Arc<LiveRules>
     }
 }
 
-/// Binds every listener, builds the store and the limiter, and serves until
-/// a signal, with the bounded drain `server::run` owns.
+/// Binds every listener, then serves until SIGTERM or SIGINT.
 async fn run(
     args: ServeArgs,
     rules: Arc<LiveRules>,
     tls: Option<Arc<Tls>>,
     metrics: Arc<Metrics>,
 ) -> Result<ExitCode, AppError> {
-    let listeners = Listeners {
-        grpc: listen::bind_grpc(&args).await?,
+    let listeners = bind(&args).await?;
+    let token = CancellationToken::new();
+    serve_on(
+        listeners,
+        args,
+        rules,
+        tls,
+        metrics,
+        server::signal(),
+        token,
+    )
+    .await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn bind(args: &ServeArgs) -> Result<Listeners, AppError> {
+    Ok(Listeners {
+        grpc: listen::bind_grpc(args).await?,
         admin: listen::bind_admin(&args.admin_addr).await?,
-    };
+    })
+}
+
+/// Builds the store and the limiter and serves on `listeners` until
+/// `shutdown` resolves or `token` is cancelled, with the bounded drain
+/// `server::run` owns.
+async fn serve_on(
+    listeners: Listeners,
+    args: ServeArgs,
+    rules: Arc<LiveRules>,
+    tls: Option<Arc<Tls>>,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    token: CancellationToken,
+) -> Result<(), AppError> {
     let store = store::build(&args.store, &metrics)?;
     let limiter = RateLimiter::new(rules.clone(), store, metrics.clone(), args.settings());
     for (domain, count) in rules.current().rules.summary() {
@@ -166,14 +197,7 @@ async fn run(
         quota: args.quota.options(),
         xds: args.xds(),
     };
-    server::run(
-        listeners,
-        limiter,
-        server::signal(),
-        opts,
-        CancellationToken::new(),
-    )
-    .await?;
+    server::run(listeners, limiter, shutdown, opts, token).await?;
     if let Some(path) = &args.grpc_uds {
         // Ours, bound at startup: the next start finds no stale socket.
         let _ = std::fs::remove_file(path);
@@ -181,5 +205,66 @@ async fn run(
     // The count lets an operator (and the shutdown test) check that every
     // request sluice decided was answered.
     info!(answered = metrics.requests_total(), "sluice stopped");
-    Ok(ExitCode::SUCCESS)
+    Ok(())
+}
+
+/// A sluice serving inside this process (tests, embedding): where it
+/// listens, and how to stop it.
+pub struct Running {
+    /// The gRPC listener's address (`None` on a Unix socket).
+    pub grpc: Option<SocketAddr>,
+    /// The first admin listener's address.
+    pub admin: SocketAddr,
+    token: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), AppError>>,
+}
+
+impl Running {
+    /// Stops it (the same path as SIGTERM) and waits for the drain.
+    pub async fn stop(self) -> Result<(), AppError> {
+        self.token.cancel();
+        self.task
+            .await
+            .map_err(|e| AppError::msg(format!("the server task: {e}")))?
+    }
+}
+
+/// Starts what `args` describe on the current runtime, without logging setup
+/// or signal handling: bind to port 0 and read the addresses back.
+pub async fn start(args: ServeArgs) -> Result<Running, AppError> {
+    let metrics = Arc::new(Metrics::with_limits(args.limits.metric_limits()));
+    let rules =
+        load_rules(&args, &metrics).ok_or_else(|| AppError::msg("the rules did not load"))?;
+    let tls = match args.tls_files() {
+        Some(files) => Some(Arc::new(Tls::new(files).context("--grpc-tls-*")?)),
+        None => None,
+    };
+    let listeners = bind(&args).await?;
+    let grpc = match &listeners.grpc {
+        server::GrpcListener::Tcp(l) => Some(l.local_addr()?),
+        #[cfg(unix)]
+        server::GrpcListener::Unix(..) => None,
+    };
+    let admin = listeners
+        .admin
+        .first()
+        .context("--admin-addr: no address")?
+        .local_addr()?;
+    let token = CancellationToken::new();
+    let stopped = token.clone().cancelled_owned();
+    let task = tokio::spawn(serve_on(
+        listeners,
+        args,
+        rules,
+        tls,
+        metrics,
+        stopped,
+        token.clone(),
+    ));
+    Ok(Running {
+        grpc,
+        admin,
+        token,
+        task,
+    })
 }
