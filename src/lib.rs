@@ -18,7 +18,8 @@
 //! - [`statsd`]: the reference's stats over UDP; [`telemetry`]: OpenTelemetry traces.
 //! - [`server`]: runs both on caller-bound listeners with one shutdown path.
 //! - [`request`]: a `RateLimitRequest` checked against the bounds;
-//!   [`protojson`]: the `/json` door's codec; [`metrics`]: Prometheus text.
+//!   [`protojson`]: the `/json` door's codec; [`metrics`]: Prometheus text;
+//!   `refusal`: the one place a refusal becomes a gRPC status.
 //! - [`key`]: collision-free counter keys, shared by the stores and the
 //!   console's top keys.
 //! - [`fuzzing`]: entry points for cargo-fuzz; [`hex`]: lowercase hex.
@@ -53,6 +54,7 @@ pub mod privacy;
 pub mod protojson;
 pub mod quota;
 pub mod reference_env;
+mod refusal;
 pub mod request;
 pub mod server;
 pub mod service;

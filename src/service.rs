@@ -17,6 +17,7 @@ use crate::conn::Activity;
 use crate::limiter::{self, Now, Tally};
 use crate::metrics::{Metrics, Outcome};
 use crate::privacy::Privacy;
+use crate::refusal::Refusal;
 use crate::request::{Limits, Request, RequestError};
 use crate::store::{Increment, Store, StoreError, expect_counts};
 use crate::telemetry;
@@ -81,14 +82,19 @@ pub enum ServiceError {
     Store(#[from] StoreError),
 }
 
-impl From<ServiceError> for Status {
-    /// The one place errors become gRPC statuses. Store failures are
-    /// UNAVAILABLE so that Envoy's `failure_mode_deny` decides, never a 429.
-    fn from(e: ServiceError) -> Status {
+impl From<ServiceError> for Refusal {
+    fn from(e: ServiceError) -> Refusal {
         match e {
-            ServiceError::Request(e) => Status::invalid_argument(e.to_string()),
-            ServiceError::Store(e) => Status::unavailable(e.to_string()),
+            ServiceError::Request(e) => Refusal::Invalid(e.to_string()),
+            ServiceError::Store(e) => Refusal::Unavailable(e.to_string()),
         }
+    }
+}
+
+impl From<ServiceError> for Status {
+    /// Through [`Refusal`], the one place refusals become gRPC statuses.
+    fn from(e: ServiceError) -> Status {
+        Refusal::from(e).into()
     }
 }
 

@@ -21,6 +21,7 @@ use tonic::codegen::Body;
 
 use super::activity::Activity;
 use crate::metrics::{Bound, Listener, Metrics};
+use crate::refusal::Refusal;
 
 /// The process's body bytes in flight and the bounds on them.
 #[derive(Debug)]
@@ -158,7 +159,8 @@ impl<B> Metered<B> {
     fn arrived(&mut self, n: usize) -> Result<(), Status> {
         match &self.watch {
             Watch::Unary(b) => {
-                b.take(&self.conn, n).map_err(Status::resource_exhausted)?;
+                b.take(&self.conn, n)
+                    .map_err(|why| Status::from(Refusal::Exhausted(why.into())))?;
                 self.held += n;
             }
             Watch::Stream { idle, .. } => {
@@ -235,7 +237,9 @@ where
                         "quota stream sent nothing within --quota-stream-idle",
                     ),
                 };
-                Poll::Ready(Some(Err(this.fail(bound, Status::deadline_exceeded(why)))))
+                Poll::Ready(Some(Err(
+                    this.fail(bound, Refusal::TooSlow(why.into()).into())
+                )))
             }
         }
     }

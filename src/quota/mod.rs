@@ -38,6 +38,7 @@ pub use share::{Assignment, TokenBucket, bucket, split, worth_pushing};
 use crate::config::LiveRules;
 use crate::conn::{Activity, Peer};
 use crate::metrics::{Bound, Metrics, Skip};
+use crate::refusal::Refusal;
 use crate::store::Store;
 
 /// The gRPC service name, for health checks.
@@ -255,10 +256,10 @@ impl RateLimitQuotaService for QuotaService {
             .clone()
             .try_acquire_owned()
             .map_err(|_| {
-                Status::resource_exhausted(format!(
+                Status::from(Refusal::Exhausted(format!(
                     "{} quota streams open already (--quota-max-streams)",
                     self.shared.opts.max_streams
-                ))
+                )))
             })?;
         let conn = request.extensions().get::<Arc<Activity>>();
         let peer = conn.map_or(Peer::Local, |a| a.peer);
@@ -266,10 +267,11 @@ impl RateLimitQuotaService for QuotaService {
             if self.shared.metrics.bound_hit(Bound::QuotaPeerStreams, 1) {
                 tracing::warn!(peer = %peer.masked(), "a peer asked for more than --quota-max-streams-per-peer quota streams; refused (logged once per 10 s)");
             }
-            return Err(Status::resource_exhausted(format!(
+            return Err(Refusal::Exhausted(format!(
                 "this peer holds {} quota streams already (--quota-max-streams-per-peer)",
                 self.shared.opts.max_streams_per_peer
-            )));
+            ))
+            .into());
         };
         // The connection is busy for as long as the stream lives, so the
         // idle timeout never cuts an Envoy that reports on one stream (a

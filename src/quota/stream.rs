@@ -33,6 +33,7 @@ mod state;
 
 use crate::conn::Peer;
 use crate::metrics::Skip;
+use crate::refusal::Refusal;
 use crate::store::demand::{DemandUpdate, UNKNOWN};
 use state::{Ending, Key, State, Tracked};
 
@@ -117,7 +118,7 @@ impl QuotaStream {
         let domain = self
             .state
             .domain(&reports.domain)
-            .map_err(Status::invalid_argument)?;
+            .map_err(|why| Status::from(Refusal::Invalid(why)))?;
         let now = Instant::now();
         let mut answer = Vec::new();
         for usage in reports.bucket_quota_usages {
