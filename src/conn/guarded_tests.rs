@@ -140,15 +140,25 @@ async fn an_evicted_connection_closes_at_once() {
     assert_eq!(e.kind(), io::ErrorKind::ConnectionAborted);
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_peer_over_its_share_is_not_read_until_a_request_ends() {
-    let (mut client, server) = tokio::io::duplex(64);
+/// An established connection whose peer may have one request in flight.
+fn one_request_share() -> (
+    tokio::io::DuplexStream,
+    Guarded<tokio::io::DuplexStream>,
+    Arc<Activity>,
+) {
+    let (client, server) = tokio::io::duplex(64);
     let mut l = limits(300);
     l.max_in_flight_per_peer = 1;
     let t = ticket();
     let activity = t.activity.clone();
-    let mut g = Guarded::new(server, t, l, IdleBy::Requests);
+    let g = Guarded::new(server, t, l, IdleBy::Requests);
     activity.establish();
+    (client, g, activity)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_peer_over_its_share_is_not_read_until_a_request_ends() {
+    let (mut client, mut g, activity) = one_request_share();
     let busy = activity.start();
     client.write_all(b"more").await.expect("client writes");
     let mut buf = [0u8; 4];
@@ -168,13 +178,7 @@ async fn a_peer_over_its_share_is_not_read_until_a_request_ends() {
 /// thousand concurrent requests on one connection).
 #[tokio::test(start_paused = true)]
 async fn a_connection_with_a_body_still_arriving_is_read_at_the_share() {
-    let (mut client, server) = tokio::io::duplex(64);
-    let mut l = limits(300);
-    l.max_in_flight_per_peer = 1;
-    let t = ticket();
-    let activity = t.activity.clone();
-    let mut g = Guarded::new(server, t, l, IdleBy::Requests);
-    activity.establish();
+    let (mut client, mut g, activity) = one_request_share();
     let _busy = activity.start();
     activity.body_started();
     client.write_all(b"body").await.expect("client writes");
