@@ -86,6 +86,18 @@ impl QuotaStream {
         only_changed: bool,
     ) -> Vec<BucketAction> {
         let now = Instant::now();
+        let plans = self.plans(keys, only_changed, now);
+        let fleets = self.fetch(plans).await;
+        self.apply(keys, fleets, only_changed, now)
+    }
+
+    /// Each key's plan, the store calls past the budgets deferred.
+    fn plans(
+        &mut self,
+        keys: &[Vec<(String, String)>],
+        only_changed: bool,
+        now: Instant,
+    ) -> Vec<Plan> {
         let mut plans: Vec<Plan> = keys
             .iter()
             .map(|k| self.plan(k, only_changed, now))
@@ -99,8 +111,14 @@ impl QuotaStream {
                 granted -= 1;
             }
         }
+        plans
+    }
+
+    /// Carries out the plans: the store calls in parallel, each fleet read
+    /// kept for the other streams of this instance.
+    async fn fetch(&self, plans: Vec<Plan>) -> Vec<Got> {
         let shared = &self.shared;
-        let fleets = join_all(plans.into_iter().map(|p| async move {
+        join_all(plans.into_iter().map(|p| async move {
             match p {
                 Plan::Call(u) => {
                     let fleet = shared.store.demand(&u).await;
@@ -116,7 +134,17 @@ impl QuotaStream {
                 Plan::Deferred => Got::Deferred,
             }
         }))
-        .await;
+        .await
+    }
+
+    /// What each key's fleet comes to for Envoy, and the actions to send.
+    fn apply(
+        &mut self,
+        keys: &[Vec<(String, String)>],
+        fleets: Vec<Got>,
+        only_changed: bool,
+        now: Instant,
+    ) -> Vec<BucketAction> {
         let ttl = self.shared.opts.assignment_ttl;
         let mut actions = Vec::new();
         for (key, got) in keys.iter().zip(fleets) {
