@@ -5,16 +5,14 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use envoy_types::pb::google::protobuf::Struct;
 use tonic::Status;
 
 use crate::config::LiveRules;
 use crate::conn::Activity;
-use crate::limiter::{self, Now, Tally};
+use crate::limiter::{self, Tally};
 use crate::metrics::{Metrics, Outcome};
 use crate::privacy::Privacy;
 use crate::refusal::Refusal;
@@ -23,14 +21,13 @@ use crate::store::{Increment, Store, StoreError, expect_counts};
 use crate::telemetry;
 
 mod admission;
+mod decide;
 mod headers;
 mod metadata;
 mod resolve;
 
 pub use headers::ResponseHeaders;
 pub use resolve::Knobs;
-
-use resolve::{Resolved, resolve};
 
 /// Service-wide switches.
 #[derive(Debug, Clone)]
@@ -173,131 +170,6 @@ impl RateLimiter {
     /// Decides a validated request.
     pub async fn decide(&self, req: Request) -> Result<RateLimitResponse, ServiceError> {
         self.decide_call(req, &Call::default()).await
-    }
-
-    async fn decide_call(
-        &self,
-        req: Request,
-        call: &Call<'_>,
-    ) -> Result<RateLimitResponse, ServiceError> {
-        let now_ms = Now::wall_ms();
-        let now = Now(now_ms / 1000);
-        let loaded = self.rules.snapshot();
-        let Some(domain) = loaded.rules.domain(&req.domain) else {
-            self.metrics.domain_not_found();
-            return Ok(RateLimitResponse {
-                overall_code: Code::Ok as i32,
-                statuses: vec![ok_status(); req.descriptors.len()],
-                ..Default::default()
-            });
-        };
-        let resolved = resolve(domain, &req);
-        let mut increments: Vec<Increment> = resolved
-            .iter()
-            .filter_map(|(i, r)| match (r, req.descriptors.get(*i)) {
-                (Resolved::Counted(c), Some(d)) => Some(c.increment(d.hits, now)),
-                _ => None,
-            })
-            .collect();
-        if self.settings.knobs.stop_when_over && increments.len() > 1 {
-            self.spare_the_others(&mut increments, now_ms, call).await?;
-        }
-        let counts = if increments.is_empty() {
-            Vec::new()
-        } else {
-            // One count per increment, or an error: a missing count must
-            // never read as zero and admit.
-            let counted = self.count(&increments, call).await?;
-            expect_counts(counted, increments.len())?
-        };
-
-        let mut counts = counts.into_iter();
-        let mut statuses = Vec::with_capacity(req.descriptors.len());
-        let mut decided = Vec::with_capacity(increments.len());
-        let mut passed_metadata: Vec<&Struct> = Vec::new();
-        let mut shown = Vec::new();
-        let headers = self.settings.response_headers;
-        let mut entries = resolved.iter().peekable();
-        for (i, d) in req.descriptors.iter().enumerate() {
-            // This descriptor's limits: the tightest one is reported.
-            let mut tightest: Option<(limiter::Status, DescriptorStatus)> = None;
-            while let Some((_, r)) = entries.next_if(|(j, _)| *j == i) {
-                let c = match r {
-                    Resolved::NoLimit => {
-                        tightest.get_or_insert((limiter::Status::none(), ok_status()));
-                        continue;
-                    }
-                    Resolved::Unlimited => {
-                        let unlimited = DescriptorStatus {
-                            limit_remaining: u32::MAX,
-                            ..ok_status()
-                        };
-                        tightest.get_or_insert((limiter::Status::none(), unlimited));
-                        continue;
-                    }
-                    Resolved::Counted(c) => c,
-                };
-                let tally = counts.next().unwrap_or(Tally::Count(u64::MAX));
-                let s = c.decide(d.hits, tally, now_ms, &self.settings.knobs);
-                if s.stats.over_limit > 0 {
-                    // Only over-limit descriptors reach the console's top.
-                    let rule = c.rule.map_or("_override", |r| &r.label);
-                    self.metrics
-                        .top_keys
-                        .record(&c.key, rule, s.stats.over_limit, now_ms / 1000);
-                }
-                match (&c.metric_path, c.rule) {
-                    (Some(path), Some(rule)) => self
-                        .metrics
-                        .detailed(&rule.domain, path, c.stats)
-                        .add(&s.stats),
-                    _ => c.stats.add(&s.stats),
-                }
-                // As the reference: the metadata of every counted descriptor
-                // whose status is not OVER_LIMIT (a shadowed one passes).
-                if !s.over
-                    && let Some(md) = c.rule.and_then(|r| r.metadata.as_ref())
-                {
-                    passed_metadata.push(md);
-                }
-                if headers != ResponseHeaders::None {
-                    shown.push(c.shown(&s));
-                }
-                let status = c.status(&s);
-                if tightest.as_ref().is_none_or(|(t, _)| s.tighter_than(t)) {
-                    tightest = Some((s, status));
-                }
-                decided.push(s);
-            }
-            statuses.push(tightest.map_or_else(ok_status, |(_, st)| st));
-        }
-        let summary = limiter::summarize(&decided, self.settings.global_shadow);
-        if summary.shadowed {
-            self.metrics.global_shadow_mode();
-        }
-        let mut response = RateLimitResponse {
-            overall_code: if summary.over {
-                Code::OverLimit
-            } else {
-                Code::Ok
-            } as i32,
-            statuses,
-            ..Default::default()
-        };
-        if let Some(wait) = summary.retry_after {
-            response.response_headers_to_add.push(HeaderValue {
-                key: "Retry-After".into(),
-                value: wait.to_string(),
-                raw_value: Vec::new(),
-            });
-        }
-        response
-            .response_headers_to_add
-            .extend(headers::build(headers, &shown));
-        if self.settings.dynamic_metadata {
-            response.dynamic_metadata = Some(metadata::build(&req, &passed_metadata));
-        }
-        Ok(response)
     }
 
     /// The store's counts for `increments`, unless sluice is too busy to
