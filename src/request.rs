@@ -1,6 +1,7 @@
 //! The edge: protobuf `RateLimitRequest` into sluice's own request type, with
 //! every malformed input turned into one [`RequestError`].
 
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
 use crate::limiter::{Unit, hits};
@@ -148,47 +149,59 @@ fn check(r: &RateLimitRequest, limits: &Limits) -> Result<(), RequestError> {
         });
     }
     for (i, d) in r.descriptors.iter().enumerate() {
-        if let Some(h) = d.hits_addend.as_ref().filter(|h| h.value > max.hits) {
-            return Err(RequestError::TooManyDescriptorHits {
+        check_descriptor(i, d, r.domain.len(), max)?;
+    }
+    Ok(())
+}
+
+/// Descriptor `i`'s hits, entries and bytes (the domain's `domain_len`
+/// counting towards its total).
+fn check_descriptor(
+    i: usize,
+    d: &RateLimitDescriptor,
+    domain_len: usize,
+    max: &Limits,
+) -> Result<(), RequestError> {
+    if let Some(h) = d.hits_addend.as_ref().filter(|h| h.value > max.hits) {
+        return Err(RequestError::TooManyDescriptorHits {
+            descriptor: i,
+            hits: h.value,
+            max: max.hits,
+        });
+    }
+    if d.entries.len() > max.entries {
+        return Err(RequestError::TooManyEntries {
+            descriptor: i,
+            count: d.entries.len(),
+            max: max.entries,
+        });
+    }
+    let mut total = domain_len;
+    for (j, e) in d.entries.iter().enumerate() {
+        if e.key.len() > max.key_bytes {
+            return Err(RequestError::KeyTooLong {
                 descriptor: i,
-                hits: h.value,
-                max: max.hits,
+                entry: j,
+                len: e.key.len(),
+                max: max.key_bytes,
             });
         }
-        if d.entries.len() > max.entries {
-            return Err(RequestError::TooManyEntries {
+        if e.value.len() > max.value_bytes {
+            return Err(RequestError::ValueTooLong {
                 descriptor: i,
-                count: d.entries.len(),
-                max: max.entries,
+                entry: j,
+                len: e.value.len(),
+                max: max.value_bytes,
             });
         }
-        let mut total = r.domain.len();
-        for (j, e) in d.entries.iter().enumerate() {
-            if e.key.len() > max.key_bytes {
-                return Err(RequestError::KeyTooLong {
-                    descriptor: i,
-                    entry: j,
-                    len: e.key.len(),
-                    max: max.key_bytes,
-                });
-            }
-            if e.value.len() > max.value_bytes {
-                return Err(RequestError::ValueTooLong {
-                    descriptor: i,
-                    entry: j,
-                    len: e.value.len(),
-                    max: max.value_bytes,
-                });
-            }
-            total += e.key.len() + e.value.len();
-        }
-        if total > max.descriptor_bytes {
-            return Err(RequestError::DescriptorTooLong {
-                descriptor: i,
-                len: total,
-                max: max.descriptor_bytes,
-            });
-        }
+        total += e.key.len() + e.value.len();
+    }
+    if total > max.descriptor_bytes {
+        return Err(RequestError::DescriptorTooLong {
+            descriptor: i,
+            len: total,
+            max: max.descriptor_bytes,
+        });
     }
     Ok(())
 }
@@ -224,55 +237,12 @@ impl Request {
             return Err(RequestError::NoDescriptors);
         }
         check(&r, limits)?;
+        let request_hits = r.hits_addend;
         let descriptors = r
             .descriptors
             .into_iter()
             .enumerate()
-            .map(|(i, d)| {
-                let limit = d
-                    .limit
-                    .map(|l| {
-                        Unit::from_proto(l.unit)
-                            .map(|unit| Override {
-                                requests_per_unit: l.requests_per_unit,
-                                unit,
-                            })
-                            .ok_or(RequestError::OverrideUnit {
-                                descriptor: i,
-                                unit: l.unit,
-                            })
-                    })
-                    .transpose()?;
-                let entries = d
-                    .entries
-                    .into_iter()
-                    .enumerate()
-                    .map(|(j, e)| {
-                        if e.key.is_empty() {
-                            Err(RequestError::EmptyKey {
-                                descriptor: i,
-                                entry: j,
-                            })
-                        } else {
-                            Ok((e.key, e.value))
-                        }
-                    })
-                    .collect::<Result<_, _>>()?;
-                let hits_addend = d.hits_addend.map(|h| h.value);
-                // Refunds (`is_negative_hits`) are not supported: such a
-                // descriptor is checked without consuming anything.
-                let hits = if d.is_negative_hits {
-                    0
-                } else {
-                    hits(r.hits_addend, hits_addend)
-                };
-                Ok(Descriptor {
-                    entries,
-                    limit,
-                    hits_addend,
-                    hits,
-                })
-            })
+            .map(|(i, d)| descriptor(i, d, request_hits))
             .collect::<Result<_, _>>()?;
         Ok(Request {
             domain: r.domain,
@@ -280,6 +250,58 @@ impl Request {
             hits_addend: r.hits_addend,
         })
     }
+}
+
+/// Descriptor `i` as sluice's own: its override, its entries (no empty
+/// key) and the hits it adds.
+fn descriptor(
+    i: usize,
+    d: RateLimitDescriptor,
+    request_hits: u32,
+) -> Result<Descriptor, RequestError> {
+    let limit = d
+        .limit
+        .map(|l| {
+            Unit::from_proto(l.unit)
+                .map(|unit| Override {
+                    requests_per_unit: l.requests_per_unit,
+                    unit,
+                })
+                .ok_or(RequestError::OverrideUnit {
+                    descriptor: i,
+                    unit: l.unit,
+                })
+        })
+        .transpose()?;
+    let entries = d
+        .entries
+        .into_iter()
+        .enumerate()
+        .map(|(j, e)| {
+            if e.key.is_empty() {
+                Err(RequestError::EmptyKey {
+                    descriptor: i,
+                    entry: j,
+                })
+            } else {
+                Ok((e.key, e.value))
+            }
+        })
+        .collect::<Result<_, _>>()?;
+    let hits_addend = d.hits_addend.map(|h| h.value);
+    // Refunds (`is_negative_hits`) are not supported: such a descriptor is
+    // checked without consuming anything.
+    let hits = if d.is_negative_hits {
+        0
+    } else {
+        hits(request_hits, hits_addend)
+    };
+    Ok(Descriptor {
+        entries,
+        limit,
+        hits_addend,
+        hits,
+    })
 }
 
 #[cfg(test)]

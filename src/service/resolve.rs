@@ -9,10 +9,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 
-use crate::config::{Domain, LimitDef, Rule};
+use crate::config::{Domain, LimitDef, Match, Rule};
 use crate::limiter::{self, Algorithm, Counted, Now, Period, Tally, Window};
 use crate::metrics::RuleStats;
-use crate::request::Request;
+use crate::request::{Descriptor, Request};
 use crate::store::{CounterKey, Increment, KeySpace};
 
 use super::headers::Shown;
@@ -141,8 +141,8 @@ pub(super) fn resolve<'a>(domain: &'a Domain, req: &Request) -> Vec<(usize, Reso
     let mut replaced: Vec<&str> = Vec::new();
     let mut resolved: Vec<(usize, Resolved<'a>)> = Vec::with_capacity(req.descriptors.len());
     for (i, d) in req.descriptors.iter().enumerate() {
-        let entries = || d.entries.iter().map(|(k, v)| (k.as_str(), v.as_str()));
         if let Some(o) = d.limit {
+            let entries = d.entries.iter().map(|(k, v)| (k.as_str(), v.as_str()));
             resolved.push((
                 i,
                 Resolved::Counted(Counting {
@@ -152,46 +152,17 @@ pub(super) fn resolve<'a>(domain: &'a Domain, req: &Request) -> Vec<(usize, Reso
                     rule: None,
                     stats: &domain.override_stats,
                     metric_path: None,
-                    key: CounterKey::new(&req.domain, o.unit, entries()),
+                    key: CounterKey::new(&req.domain, o.unit, entries),
                 }),
             ));
             continue;
         }
-        let Some(m) = domain.find(&d.entries) else {
-            resolved.push((i, Resolved::NoLimit));
-            continue;
-        };
-        let first: &'a Rule = m.rule;
-        for rule in std::iter::once(first).chain(first.also.iter().map(|r| &**r)) {
-            replaced.extend(rule.replaces.iter().map(|r| &**r));
-            let LimitDef::Limited {
-                period,
-                requests_per_unit,
-                algorithm,
-            } = rule.limit
-            else {
-                resolved.push((i, Resolved::Unlimited));
-                continue;
-            };
-            // share_threshold: the configured pattern stands for the value.
-            let values = entries().enumerate().map(|(i, (k, v))| {
-                let shared = m.shared.iter().find(|(j, _)| *j == i).map(|(_, p)| *p);
-                (k, shared.unwrap_or(v))
-            });
-            resolved.push((
-                i,
-                Resolved::Counted(Counting {
-                    requests_per_unit,
-                    period,
-                    algorithm,
-                    rule: Some(rule),
-                    stats: &rule.stats,
-                    key: CounterKey::new(&req.domain, KeySpace { period, algorithm }, values),
-                    metric_path: m.metric_path.clone(),
-                }),
-            ));
+        match domain.find(&d.entries) {
+            None => resolved.push((i, Resolved::NoLimit)),
+            Some(m) => matched(i, &req.domain, d, &m, &mut resolved, &mut replaced),
         }
     }
+    // A matched rule that another matched rule `replaces` does not count.
     for (_, r) in resolved.iter_mut() {
         if let Resolved::Counted(Counting {
             rule: Some(rule), ..
@@ -202,4 +173,46 @@ pub(super) fn resolve<'a>(domain: &'a Domain, req: &Request) -> Vec<(usize, Reso
         }
     }
     resolved
+}
+
+/// The limits of descriptor `i`'s matched rule (and the rules it carries
+/// with it), noting the names they replace.
+fn matched<'a>(
+    i: usize,
+    domain: &str,
+    d: &Descriptor,
+    m: &Match<'a>,
+    resolved: &mut Vec<(usize, Resolved<'a>)>,
+    replaced: &mut Vec<&'a str>,
+) {
+    let first: &'a Rule = m.rule;
+    for rule in std::iter::once(first).chain(first.also.iter().map(|r| &**r)) {
+        replaced.extend(rule.replaces.iter().map(|r| &**r));
+        let LimitDef::Limited {
+            period,
+            requests_per_unit,
+            algorithm,
+        } = rule.limit
+        else {
+            resolved.push((i, Resolved::Unlimited));
+            continue;
+        };
+        // share_threshold: the configured pattern stands for the value.
+        let values = d.entries.iter().enumerate().map(|(i, (k, v))| {
+            let shared = m.shared.iter().find(|(j, _)| *j == i).map(|(_, p)| *p);
+            (k.as_str(), shared.unwrap_or(v.as_str()))
+        });
+        resolved.push((
+            i,
+            Resolved::Counted(Counting {
+                requests_per_unit,
+                period,
+                algorithm,
+                rule: Some(rule),
+                stats: &rule.stats,
+                key: CounterKey::new(domain, KeySpace { period, algorithm }, values),
+                metric_path: m.metric_path.clone(),
+            }),
+        ));
+    }
 }

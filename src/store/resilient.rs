@@ -252,7 +252,12 @@ impl Resilient {
             }
             Err(_) => Err(StoreError::Timeout),
         };
-        let took = started.elapsed();
+        self.outcome(result, started.elapsed())
+    }
+
+    /// What a finished (or timed-out) store call means: counts to use, or
+    /// a fault for the breaker, or this request's own data refused.
+    fn outcome<T>(&self, result: Result<T, StoreError>, took: Duration) -> Result<T, Undecided> {
         match result {
             Ok(counts) => {
                 self.metrics.store_call(StoreCall::Ok, took);
@@ -332,30 +337,7 @@ impl Store for Resilient {
     }
 
     fn health(&self) -> StoreHealth {
-        if !self.open.load(Relaxed) {
-            return StoreHealth {
-                backend: self.primary.backend(),
-                in_use: self.primary.backend(),
-                healthy: true,
-                reached: true,
-                detail: None,
-            };
-        }
-        let down = self.down.lock();
-        StoreHealth {
-            backend: self.primary.backend(),
-            in_use: self.policy.in_use(),
-            healthy: false,
-            reached: self.reached.load(Relaxed),
-            detail: Some(format!(
-                "{} {} unreachable for {:.1}s: {}; deciding by --store-failure {}",
-                self.primary.backend(),
-                self.primary.describe(),
-                down.since.elapsed().as_secs_f64(),
-                down.reason,
-                self.policy.name()
-            )),
-        }
+        self.health_now()
     }
 
     fn sweep(&self, now: Now) {

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use super::{Down, PROBE_MAX, Resilient, Verdict};
-use crate::store::StoreError;
+use crate::store::{StoreError, StoreHealth};
 
 impl Resilient {
     pub(super) fn fault(&self, reason: String) {
@@ -119,6 +119,34 @@ impl Resilient {
             info!(store = %self.primary.describe(), "store connected");
         } else {
             info!(store = %self.primary.describe(), down_seconds = down_for.as_secs_f64(), "store back; counting in it again");
+        }
+    }
+
+    /// Up, or down since when, why, and what decides meanwhile.
+    pub(super) fn health_now(&self) -> StoreHealth {
+        if !self.open.load(Relaxed) {
+            return StoreHealth {
+                backend: self.primary.backend(),
+                in_use: self.primary.backend(),
+                healthy: true,
+                reached: true,
+                detail: None,
+            };
+        }
+        let down = self.down.lock();
+        StoreHealth {
+            backend: self.primary.backend(),
+            in_use: self.policy.in_use(),
+            healthy: false,
+            reached: self.reached.load(Relaxed),
+            detail: Some(format!(
+                "{} {} unreachable for {:.1}s: {}; deciding by --store-failure {}",
+                self.primary.backend(),
+                self.primary.describe(),
+                down.since.elapsed().as_secs_f64(),
+                down.reason,
+                self.policy.name()
+            )),
         }
     }
 }
