@@ -37,29 +37,29 @@
     )
 )]
 
-pub mod admin;
+pub(crate) mod admin;
 pub mod app;
 pub mod cli;
 pub mod config;
-pub mod conn;
-pub mod console;
+pub(crate) mod conn;
+pub(crate) mod console;
 pub mod fuzzing;
-pub mod health_probe;
-pub mod hex;
-pub mod key;
+pub(crate) mod health_probe;
+pub(crate) mod hex;
+pub(crate) mod key;
 pub mod limiter;
-pub mod loadgen;
+pub(crate) mod loadgen;
 pub mod metrics;
 pub mod privacy;
-pub mod protojson;
-pub mod quota;
+pub(crate) mod protojson;
+pub(crate) mod quota;
 pub mod reference_env;
 mod refusal;
-pub mod request;
-pub mod server;
+pub(crate) mod request;
+pub(crate) mod server;
 pub mod service;
-pub mod statsd;
+pub(crate) mod statsd;
 pub mod store;
-pub mod telemetry;
+pub(crate) mod telemetry;
 mod text;
-pub mod tls;
+pub(crate) mod tls;

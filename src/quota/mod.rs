@@ -33,8 +33,6 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
-pub use share::{Assignment, TokenBucket, bucket, split, worth_pushing};
-
 use crate::config::LiveRules;
 use crate::conn::{Activity, Peer};
 use crate::metrics::{Bound, Metrics, Skip};
