@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 
 /// Bounds on what runtime values can add to `/metrics`.
 #[derive(Debug, Clone, Copy)]
-pub struct MetricLimits {
+pub struct MetricBounds {
     /// Distinct `detailed_metric` label sets kept before new ones are folded
     /// into the rule's own path (`--max-detailed-metrics`).
     pub detailed_sets: usize,
@@ -27,9 +27,9 @@ pub struct MetricLimits {
     pub show_addresses: bool,
 }
 
-impl Default for MetricLimits {
+impl Default for MetricBounds {
     fn default() -> Self {
-        MetricLimits {
+        MetricBounds {
             detailed_sets: 10_000,
             label_bytes: 256,
             top_keys: 64,
@@ -70,7 +70,7 @@ type RuleMap = BTreeMap<Arc<str>, BTreeMap<Arc<str>, Arc<RuleStats>>>;
 /// Every metric sluice exports. Cheap to share: clone the `Arc`.
 #[derive(Debug)]
 pub struct Metrics {
-    limits: MetricLimits,
+    limits: MetricBounds,
     /// The descriptors most often over their limit lately (the console).
     pub top_keys: TopKeys,
     rules: Mutex<RuleMap>,
@@ -139,7 +139,7 @@ struct StoreMetrics {
 
 impl Metrics {
     /// Metrics under other bounds than the defaults.
-    pub fn with_limits(limits: MetricLimits) -> Metrics {
+    pub fn with_limits(limits: MetricBounds) -> Metrics {
         Metrics {
             limits,
             top_keys: TopKeys::new(limits.top_keys, limits.show_addresses),
@@ -384,7 +384,7 @@ pub use top::{
 
 impl Default for Metrics {
     fn default() -> Self {
-        Metrics::with_limits(MetricLimits::default())
+        Metrics::with_limits(MetricBounds::default())
     }
 }
 

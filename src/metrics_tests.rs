@@ -19,10 +19,10 @@ fn rule_counters_survive_lookup_and_render() {
 
 #[test]
 fn detailed_labels_are_bounded_in_count_and_bytes() {
-    let m = Metrics::with_limits(MetricLimits {
+    let m = Metrics::with_limits(MetricBounds {
         detailed_sets: 2,
         label_bytes: 8,
-        ..MetricLimits::default()
+        ..MetricBounds::default()
     });
     let rule = m.rule("d", "k");
     let a = m.detailed("d", "k_a", &rule);

@@ -38,7 +38,7 @@ pub struct Override {
 /// The most a request may carry (each a `--max-*` flag), so that no request
 /// can make sluice hold unbounded memory or build unbounded keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub struct Bounds {
     pub descriptors: usize,
     pub entries: usize,
     /// Bytes of one entry key, and of the domain.
@@ -50,9 +50,9 @@ pub struct Limits {
     pub hits: u64,
 }
 
-impl Default for Limits {
+impl Default for Bounds {
     fn default() -> Self {
-        Limits {
+        Bounds {
             descriptors: 64,
             entries: 32,
             key_bytes: 256,
@@ -128,7 +128,7 @@ pub enum RequestError {
 }
 
 /// Checks every bound before anything is copied out of the message.
-fn check(r: &RateLimitRequest, limits: &Limits) -> Result<(), RequestError> {
+fn check(r: &RateLimitRequest, limits: &Bounds) -> Result<(), RequestError> {
     let max = limits;
     if u64::from(r.hits_addend) > max.hits {
         return Err(RequestError::TooManyHits {
@@ -160,7 +160,7 @@ fn check_descriptor(
     i: usize,
     d: &RateLimitDescriptor,
     domain_len: usize,
-    max: &Limits,
+    max: &Bounds,
 ) -> Result<(), RequestError> {
     if let Some(h) = d.hits_addend.as_ref().filter(|h| h.value > max.hits) {
         return Err(RequestError::TooManyDescriptorHits {
@@ -209,9 +209,9 @@ fn check_descriptor(
 impl TryFrom<RateLimitRequest> for Request {
     type Error = RequestError;
 
-    /// Converts under the default [`Limits`].
+    /// Converts under the default [`Bounds`].
     fn try_from(r: RateLimitRequest) -> Result<Self, Self::Error> {
-        Request::parse(r, &Limits::default())
+        Request::parse(r, &Bounds::default())
     }
 }
 
@@ -229,7 +229,7 @@ impl Request {
     }
 
     /// Validates and converts a protobuf request under `limits`.
-    pub fn parse(r: RateLimitRequest, limits: &Limits) -> Result<Request, RequestError> {
+    pub fn parse(r: RateLimitRequest, limits: &Bounds) -> Result<Request, RequestError> {
         if r.domain.is_empty() {
             return Err(RequestError::EmptyDomain);
         }

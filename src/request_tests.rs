@@ -82,7 +82,7 @@ fn rejects_unknown_override_units() {
 
 #[test]
 fn every_bound_is_checked_with_its_flag_named() {
-    let small = Limits {
+    let small = Bounds {
         descriptors: 2,
         entries: 2,
         key_bytes: 8,

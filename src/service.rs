@@ -16,7 +16,7 @@ use crate::limiter::{self, Tally};
 use crate::metrics::{Metrics, Outcome};
 use crate::privacy::Privacy;
 use crate::refusal::Refusal;
-use crate::request::{Limits, Request, RequestError};
+use crate::request::{Bounds, Request, RequestError};
 use crate::store::{Increment, Store, StoreError, expect_counts};
 use crate::telemetry;
 
@@ -39,7 +39,7 @@ pub struct Settings {
     /// Which entries are email addresses, hashed at the edge.
     pub privacy: Privacy,
     /// The most one request may carry.
-    pub limits: Limits,
+    pub limits: Bounds,
     /// Rate-limit headers sluice adds to every answer (`--response-headers`).
     pub response_headers: ResponseHeaders,
     /// Global quota mode and the near-limit ratio.
@@ -54,7 +54,7 @@ impl Default for Settings {
             global_shadow: false,
             dynamic_metadata: false,
             privacy: Privacy::default(),
-            limits: Limits::default(),
+            limits: Bounds::default(),
             response_headers: ResponseHeaders::default(),
             knobs: Knobs::default(),
             max_pending: 1024,

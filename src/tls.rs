@@ -15,7 +15,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use tokio::net::TcpStream;
 
-use crate::conn::{Admitted, ConnLimits, Guarded, IdleBy};
+use crate::conn::{Admitted, ConnBounds, Guarded, IdleBy};
 use crate::metrics::Bound;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
@@ -176,7 +176,7 @@ pub(crate) type TlsConn = Guarded<TlsStream<TcpStream>>;
 pub(crate) fn incoming(
     mut admitted: tokio::sync::mpsc::Receiver<Admitted>,
     tls: Arc<Tls>,
-    limits: ConnLimits,
+    limits: ConnBounds,
     token: CancellationToken,
 ) -> tokio_stream::wrappers::ReceiverStream<io::Result<TlsConn>> {
     let (tx, rx) = tokio::sync::mpsc::channel(64);

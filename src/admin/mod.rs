@@ -40,7 +40,7 @@ use tokio_util::task::TaskTracker;
 mod access;
 
 use crate::config::Reload;
-use crate::conn::{self, ConnLimits, Guarded, IdleBy};
+use crate::conn::{self, ConnBounds, Guarded, IdleBy};
 use crate::console::{self, Console};
 use crate::metrics::Listener;
 use crate::protojson;
@@ -84,17 +84,17 @@ pub struct AdminAccess {
 
 /// Bounds of the admin listener.
 #[derive(Debug, Clone)]
-pub struct AdminLimits {
-    pub conn: ConnLimits,
+pub struct AdminBounds {
+    pub conn: ConnBounds,
     /// Longest time for a request's headers to arrive.
     pub header_timeout: Duration,
     pub access: AdminAccess,
 }
 
-impl Default for AdminLimits {
+impl Default for AdminBounds {
     fn default() -> Self {
-        AdminLimits {
-            conn: ConnLimits {
+        AdminBounds {
+            conn: ConnBounds {
                 max_connections: 64,
                 max_per_peer: 64,
                 handshake_timeout: Duration::from_secs(5),
@@ -131,7 +131,7 @@ pub fn router(state: AdminState) -> Router {
 pub async fn run(
     listener: TcpListener,
     state: AdminState,
-    limits: AdminLimits,
+    limits: AdminBounds,
     token: CancellationToken,
 ) -> std::io::Result<()> {
     let metrics = state.limiter.metrics().clone();

@@ -3,45 +3,45 @@
 use clap::Args;
 
 use super::Span;
-use crate::admin::{AdminAccess, AdminLimits};
-use crate::conn::ConnLimits;
-use crate::metrics::MetricLimits;
-use crate::request::Limits;
-use crate::server::{BodyLimits, GrpcLimits};
+use crate::admin::{AdminAccess, AdminBounds};
+use crate::conn::ConnBounds;
+use crate::metrics::MetricBounds;
+use crate::request::Bounds;
+use crate::server::{BodyBounds, GrpcBounds};
 
 /// The most one request may carry; more is INVALID_ARGUMENT.
 #[derive(Args, Clone)]
-pub struct LimitArgs {
+pub struct BoundArgs {
     /// Largest gRPC request message, in bytes.
     #[arg(long, env = "SLUICE_MAX_REQUEST_BYTES", default_value_t = 65_536)]
     pub(crate) max_request_bytes: usize,
     /// Descriptors per request.
-    #[arg(long, env = "SLUICE_MAX_DESCRIPTORS", default_value_t = Limits::default().descriptors)]
+    #[arg(long, env = "SLUICE_MAX_DESCRIPTORS", default_value_t = Bounds::default().descriptors)]
     pub(crate) max_descriptors: usize,
     /// Entries per descriptor.
-    #[arg(long, env = "SLUICE_MAX_ENTRIES", default_value_t = Limits::default().entries)]
+    #[arg(long, env = "SLUICE_MAX_ENTRIES", default_value_t = Bounds::default().entries)]
     pub(crate) max_entries: usize,
     /// Bytes of an entry key (and of the domain).
-    #[arg(long, env = "SLUICE_MAX_KEY_BYTES", default_value_t = Limits::default().key_bytes)]
+    #[arg(long, env = "SLUICE_MAX_KEY_BYTES", default_value_t = Bounds::default().key_bytes)]
     pub(crate) max_key_bytes: usize,
     /// Bytes of an entry value.
-    #[arg(long, env = "SLUICE_MAX_VALUE_BYTES", default_value_t = Limits::default().value_bytes)]
+    #[arg(long, env = "SLUICE_MAX_VALUE_BYTES", default_value_t = Bounds::default().value_bytes)]
     pub(crate) max_value_bytes: usize,
     /// Bytes of one descriptor's domain, keys and values together.
-    #[arg(long, env = "SLUICE_MAX_DESCRIPTOR_BYTES", default_value_t = Limits::default().descriptor_bytes)]
+    #[arg(long, env = "SLUICE_MAX_DESCRIPTOR_BYTES", default_value_t = Bounds::default().descriptor_bytes)]
     pub(crate) max_descriptor_bytes: usize,
     /// Hits one request or descriptor may add (hits_addend).
-    #[arg(long, env = "SLUICE_MAX_HITS", default_value_t = Limits::default().hits)]
+    #[arg(long, env = "SLUICE_MAX_HITS", default_value_t = Bounds::default().hits)]
     pub(crate) max_hits: u64,
     /// Distinct detailed_metric label sets in /metrics; more are counted under the rule.
-    #[arg(long, env = "SLUICE_MAX_DETAILED_METRICS", default_value_t = MetricLimits::default().detailed_sets)]
+    #[arg(long, env = "SLUICE_MAX_DETAILED_METRICS", default_value_t = MetricBounds::default().detailed_sets)]
     pub(crate) max_detailed_metrics: usize,
     /// Bytes of one detailed_metric rule label; longer ones are counted under the rule.
-    #[arg(long, env = "SLUICE_MAX_METRIC_LABEL_BYTES", default_value_t = MetricLimits::default().label_bytes)]
+    #[arg(long, env = "SLUICE_MAX_METRIC_LABEL_BYTES", default_value_t = MetricBounds::default().label_bytes)]
     pub(crate) max_metric_label_bytes: usize,
     /// Keys the console's top of over-limit descriptors keeps (memory is this
     /// many times two generations times 256 bytes at most); 0 turns it off.
-    #[arg(long, env = "SLUICE_CONSOLE_TOP_KEYS", default_value_t = MetricLimits::default().top_keys)]
+    #[arg(long, env = "SLUICE_CONSOLE_TOP_KEYS", default_value_t = MetricBounds::default().top_keys)]
     pub(crate) console_top_keys: usize,
     /// Show client IP addresses in the console's top keys in clear (masked to
     /// their first half by default).
@@ -54,62 +54,62 @@ pub struct LimitArgs {
 pub struct ConnArgs {
     /// Open gRPC connections; at the cap a newcomer is seated by closing the
     /// least useful connection (of the peer holding the most).
-    #[arg(long, env = "SLUICE_GRPC_MAX_CONNECTIONS", default_value_t = GrpcLimits::default().conn.max_connections)]
+    #[arg(long, env = "SLUICE_GRPC_MAX_CONNECTIONS", default_value_t = GrpcBounds::default().conn.max_connections)]
     pub(crate) grpc_max_connections: usize,
     /// gRPC connections one peer (IPv4 address, IPv6 /64) may hold; past it,
     /// its own least useful connection is closed.
-    #[arg(long, env = "SLUICE_GRPC_MAX_CONNECTIONS_PER_PEER", default_value_t = GrpcLimits::default().conn.max_per_peer)]
+    #[arg(long, env = "SLUICE_GRPC_MAX_CONNECTIONS_PER_PEER", default_value_t = GrpcBounds::default().conn.max_per_peer)]
     pub(crate) grpc_max_connections_per_peer: usize,
     /// Requests one peer may have in flight over all its gRPC connections;
     /// past it nothing more is read from that peer until some finish, so a
     /// flood from one address cannot queue ahead of every other Envoy (0:
     /// no bound).
-    #[arg(long, env = "SLUICE_GRPC_MAX_IN_FLIGHT_PER_PEER", default_value_t = GrpcLimits::default().conn.max_in_flight_per_peer)]
+    #[arg(long, env = "SLUICE_GRPC_MAX_IN_FLIGHT_PER_PEER", default_value_t = GrpcBounds::default().conn.max_in_flight_per_peer)]
     pub(crate) grpc_max_in_flight_per_peer: usize,
     /// Close a connection that has not sent its HTTP/2 preface (admin: any
     /// byte; TLS: finished its handshake) within this.
-    #[arg(long, env = "SLUICE_HANDSHAKE_TIMEOUT", default_value_t = Span(GrpcLimits::default().conn.handshake_timeout))]
+    #[arg(long, env = "SLUICE_HANDSHAKE_TIMEOUT", default_value_t = Span(GrpcBounds::default().conn.handshake_timeout))]
     pub(crate) handshake_timeout: Span,
     /// Concurrent HTTP/2 streams per gRPC connection.
-    #[arg(long, env = "SLUICE_GRPC_MAX_STREAMS", default_value_t = GrpcLimits::default().max_streams)]
+    #[arg(long, env = "SLUICE_GRPC_MAX_STREAMS", default_value_t = GrpcBounds::default().max_streams)]
     pub(crate) grpc_max_streams: u32,
     /// Streams refused or reset on one gRPC connection before it is closed
     /// with GOAWAY (a client ignoring --grpc-max-streams).
-    #[arg(long, env = "SLUICE_GRPC_MAX_RESET_STREAMS", default_value_t = GrpcLimits::default().max_reset_streams)]
+    #[arg(long, env = "SLUICE_GRPC_MAX_RESET_STREAMS", default_value_t = GrpcBounds::default().max_reset_streams)]
     pub(crate) grpc_max_reset_streams: usize,
     /// Close a gRPC connection with no request for this long.
-    #[arg(long, env = "SLUICE_GRPC_IDLE_TIMEOUT", default_value_t = Span(GrpcLimits::default().conn.idle_timeout))]
+    #[arg(long, env = "SLUICE_GRPC_IDLE_TIMEOUT", default_value_t = Span(GrpcBounds::default().conn.idle_timeout))]
     pub(crate) grpc_idle_timeout: Span,
     /// Interval of HTTP/2 PINGs on gRPC connections.
-    #[arg(long, env = "SLUICE_GRPC_KEEPALIVE_INTERVAL", default_value_t = Span(GrpcLimits::default().keepalive_interval))]
+    #[arg(long, env = "SLUICE_GRPC_KEEPALIVE_INTERVAL", default_value_t = Span(GrpcBounds::default().keepalive_interval))]
     pub(crate) grpc_keepalive_interval: Span,
     /// Close a gRPC connection whose PING is not answered within this.
-    #[arg(long, env = "SLUICE_GRPC_KEEPALIVE_TIMEOUT", default_value_t = Span(GrpcLimits::default().keepalive_timeout))]
+    #[arg(long, env = "SLUICE_GRPC_KEEPALIVE_TIMEOUT", default_value_t = Span(GrpcBounds::default().keepalive_timeout))]
     pub(crate) grpc_keepalive_timeout: Span,
     /// Open admin connections; at the cap a newcomer is seated by closing
     /// the least useful connection.
-    #[arg(long, env = "SLUICE_ADMIN_MAX_CONNECTIONS", default_value_t = AdminLimits::default().conn.max_connections)]
+    #[arg(long, env = "SLUICE_ADMIN_MAX_CONNECTIONS", default_value_t = AdminBounds::default().conn.max_connections)]
     pub(crate) admin_max_connections: usize,
     /// Admin connections one peer may hold.
-    #[arg(long, env = "SLUICE_ADMIN_MAX_CONNECTIONS_PER_PEER", default_value_t = AdminLimits::default().conn.max_per_peer)]
+    #[arg(long, env = "SLUICE_ADMIN_MAX_CONNECTIONS_PER_PEER", default_value_t = AdminBounds::default().conn.max_per_peer)]
     pub(crate) admin_max_connections_per_peer: usize,
     /// Close an admin connection that sends nothing for this long.
-    #[arg(long, env = "SLUICE_ADMIN_IDLE_TIMEOUT", default_value_t = Span(AdminLimits::default().conn.idle_timeout))]
+    #[arg(long, env = "SLUICE_ADMIN_IDLE_TIMEOUT", default_value_t = Span(AdminBounds::default().conn.idle_timeout))]
     pub(crate) admin_idle_timeout: Span,
     /// Longest time for an admin request's headers to arrive.
-    #[arg(long, env = "SLUICE_ADMIN_HEADER_TIMEOUT", default_value_t = Span(AdminLimits::default().header_timeout))]
+    #[arg(long, env = "SLUICE_ADMIN_HEADER_TIMEOUT", default_value_t = Span(AdminBounds::default().header_timeout))]
     pub(crate) admin_header_timeout: Span,
     /// A ShouldRateLimit body not whole within this is refused (Envoy sends
     /// it at once).
-    #[arg(long, env = "SLUICE_BODY_TIMEOUT", default_value_t = Span(BodyLimits::default().timeout))]
+    #[arg(long, env = "SLUICE_BODY_TIMEOUT", default_value_t = Span(BodyBounds::default().timeout))]
     pub(crate) body_timeout: Span,
     /// Request body bytes received and not yet decoded on one connection;
     /// past it, requests are refused RESOURCE_EXHAUSTED.
-    #[arg(long, env = "SLUICE_MAX_CONNECTION_BODY_BYTES", default_value_t = BodyLimits::default().per_connection)]
+    #[arg(long, env = "SLUICE_MAX_CONNECTION_BODY_BYTES", default_value_t = BodyBounds::default().per_connection)]
     pub(crate) max_connection_body_bytes: usize,
     /// The same over the process; past it, connections holding more than an
     /// even share are refused.
-    #[arg(long, env = "SLUICE_MAX_BODY_BYTES", default_value_t = BodyLimits::default().per_process)]
+    #[arg(long, env = "SLUICE_MAX_BODY_BYTES", default_value_t = BodyBounds::default().per_process)]
     pub(crate) max_body_bytes: usize,
     /// Host names accepted in the admin port's Host header besides IP
     /// addresses and localhost (comma list), e.g. a Kubernetes service name.
@@ -118,9 +118,9 @@ pub struct ConnArgs {
 }
 
 impl ConnArgs {
-    pub(crate) fn grpc(&self) -> GrpcLimits {
-        GrpcLimits {
-            conn: ConnLimits {
+    pub(crate) fn grpc(&self) -> GrpcBounds {
+        GrpcBounds {
+            conn: ConnBounds {
                 max_connections: self.grpc_max_connections,
                 max_per_peer: self.grpc_max_connections_per_peer,
                 handshake_timeout: self.handshake_timeout.0,
@@ -134,7 +134,7 @@ impl ConnArgs {
             max_reset_streams: self.grpc_max_reset_streams,
             keepalive_interval: self.grpc_keepalive_interval.0,
             keepalive_timeout: self.grpc_keepalive_timeout.0,
-            body: BodyLimits {
+            body: BodyBounds {
                 timeout: self.body_timeout.0,
                 per_connection: self.max_connection_body_bytes,
                 per_process: self.max_body_bytes,
@@ -142,9 +142,9 @@ impl ConnArgs {
         }
     }
 
-    pub(crate) fn admin(&self) -> AdminLimits {
-        AdminLimits {
-            conn: ConnLimits {
+    pub(crate) fn admin(&self) -> AdminBounds {
+        AdminBounds {
+            conn: ConnBounds {
                 max_connections: self.admin_max_connections,
                 max_per_peer: self.admin_max_connections_per_peer,
                 handshake_timeout: self.handshake_timeout.0,
@@ -164,9 +164,9 @@ impl ConnArgs {
     }
 }
 
-impl LimitArgs {
-    pub(crate) fn limits(&self) -> Limits {
-        Limits {
+impl BoundArgs {
+    pub(crate) fn limits(&self) -> Bounds {
+        Bounds {
             descriptors: self.max_descriptors,
             entries: self.max_entries,
             key_bytes: self.max_key_bytes,
@@ -176,8 +176,8 @@ impl LimitArgs {
         }
     }
 
-    pub(crate) fn metric_limits(&self) -> MetricLimits {
-        MetricLimits {
+    pub(crate) fn metric_limits(&self) -> MetricBounds {
+        MetricBounds {
             detailed_sets: self.max_detailed_metrics,
             label_bytes: self.max_metric_label_bytes,
             top_keys: self.console_top_keys,

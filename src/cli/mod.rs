@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-pub use bounds::{ConnArgs, LimitArgs};
+pub use bounds::{BoundArgs, ConnArgs};
 pub use serve::{ConfigArgs, QuotaArgs, ServeArgs};
 pub use store::StoreArgs;
 

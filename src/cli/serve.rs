@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::{
-    ConnArgs, LimitArgs, LogFormat, Span, StoreArgs, pairs, parse_duration, parse_mode, parse_ratio,
+    BoundArgs, ConnArgs, LogFormat, Span, StoreArgs, pairs, parse_duration, parse_mode, parse_ratio,
 };
 use crate::admin::HealthcheckPolicy;
 use crate::config::LoadOptions;
@@ -219,7 +219,7 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_KEY_HASH_SECRET", hide_env_values = true)]
     pub(crate) key_hash_secret: Option<String>,
     #[command(flatten)]
-    pub(crate) limits: LimitArgs,
+    pub(crate) limits: BoundArgs,
     #[command(flatten)]
     pub(crate) conns: ConnArgs,
     /// Serve gRPC over TLS with this certificate chain (PEM); reloaded on change.

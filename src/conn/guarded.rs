@@ -14,7 +14,7 @@ use tokio::time::{Instant, Sleep};
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::activity::Activity;
-use super::{ConnLimits, Ticket};
+use super::{ConnBounds, Ticket};
 use crate::metrics::{Bound, Metrics};
 
 /// Bytes of the HTTP/2 client preface: a gRPC client that has sent them
@@ -58,7 +58,7 @@ pub(crate) struct Guarded<IO> {
 }
 
 impl<IO> Guarded<IO> {
-    pub(crate) fn new(io: IO, ticket: Ticket, limits: ConnLimits, by: IdleBy) -> Guarded<IO> {
+    pub(crate) fn new(io: IO, ticket: Ticket, limits: ConnBounds, by: IdleBy) -> Guarded<IO> {
         let activity = ticket.activity.clone();
         let first = limits.idle_timeout.min(limits.handshake_timeout);
         Guarded {

@@ -5,7 +5,7 @@ fn ticket() -> Ticket {
     let permit = Arc::new(tokio::sync::Semaphore::new(1))
         .try_acquire_owned()
         .expect("a permit");
-    let seats = super::super::Seats::new(super::super::SeatLimits {
+    let seats = super::super::Seats::new(super::super::SeatBounds {
         total: 8,
         per_peer: 8,
     });
@@ -18,8 +18,8 @@ fn ticket() -> Ticket {
     )
 }
 
-fn limits(idle: u64) -> ConnLimits {
-    ConnLimits {
+fn limits(idle: u64) -> ConnBounds {
+    ConnBounds {
         max_connections: 1,
         max_per_peer: 1,
         handshake_timeout: Duration::from_secs(idle),

@@ -37,14 +37,14 @@ pub use body::Metered;
 pub(crate) use body::{BodyBudget, Watch};
 pub(crate) use guarded::{Guarded, IdleBy};
 pub(crate) use peer::Peer;
-use seats::{Held, SeatLimits, Seats};
+use seats::{Held, SeatBounds, Seats};
 
 const ACCEPT_BACKOFF_FIRST: Duration = Duration::from_millis(10);
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// Bounds of one listener.
 #[derive(Debug, Clone, Copy)]
-pub struct ConnLimits {
+pub struct ConnBounds {
     /// Connections open at once; at the cap a newcomer is seated by closing
     /// the least useful connection.
     pub max_connections: usize,
@@ -124,13 +124,13 @@ impl Accept for tokio::net::UnixListener {
 /// receiver is dropped.
 pub(crate) fn accept<L: Accept>(
     listener: L,
-    limits: ConnLimits,
+    limits: ConnBounds,
     kind: Listener,
     metrics: Arc<Metrics>,
     token: CancellationToken,
 ) -> mpsc::Receiver<Admitted<L::Stream>> {
     let (tx, rx) = mpsc::channel(16);
-    let seats = Seats::new(SeatLimits {
+    let seats = Seats::new(SeatBounds {
         total: limits.max_connections,
         per_peer: limits.max_per_peer,
     });

@@ -19,7 +19,7 @@ use super::peer::Peer;
 
 /// Bounds of one listener's table.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct SeatLimits {
+pub(crate) struct SeatBounds {
     pub(crate) total: usize,
     pub(crate) per_peer: usize,
 }
@@ -46,7 +46,7 @@ struct Table {
 
 /// A listener's connections.
 pub(crate) struct Seats {
-    limits: SeatLimits,
+    limits: SeatBounds,
     table: Mutex<Table>,
 }
 
@@ -131,9 +131,9 @@ impl Table {
 }
 
 impl Seats {
-    pub(crate) fn new(limits: SeatLimits) -> Arc<Seats> {
+    pub(crate) fn new(limits: SeatBounds) -> Arc<Seats> {
         Arc::new(Seats {
-            limits: SeatLimits {
+            limits: SeatBounds {
                 total: limits.total.max(1),
                 per_peer: limits.per_peer.max(1),
             },

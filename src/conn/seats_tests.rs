@@ -27,7 +27,7 @@ fn connect(seats: &Arc<Seats>, p: Peer) -> (Conn, Option<Evicted>) {
 
 #[tokio::test(start_paused = true)]
 async fn a_full_cap_seats_a_newcomer_by_closing_the_hoarders_connection() {
-    let seats = Seats::new(SeatLimits {
+    let seats = Seats::new(SeatBounds {
         total: 4,
         per_peer: 100,
     });
@@ -54,7 +54,7 @@ async fn a_full_cap_seats_a_newcomer_by_closing_the_hoarders_connection() {
 
 #[tokio::test(start_paused = true)]
 async fn a_silent_connection_goes_before_an_established_one() {
-    let seats = Seats::new(SeatLimits {
+    let seats = Seats::new(SeatBounds {
         total: 3,
         per_peer: 100,
     });
@@ -75,7 +75,7 @@ async fn a_silent_connection_goes_before_an_established_one() {
 
 #[tokio::test(start_paused = true)]
 async fn a_busy_connection_goes_after_idle_ones() {
-    let seats = Seats::new(SeatLimits {
+    let seats = Seats::new(SeatBounds {
         total: 2,
         per_peer: 100,
     });
@@ -91,7 +91,7 @@ async fn a_busy_connection_goes_after_idle_ones() {
 
 #[tokio::test(start_paused = true)]
 async fn a_peer_at_its_share_replaces_its_own_connections() {
-    let seats = Seats::new(SeatLimits {
+    let seats = Seats::new(SeatBounds {
         total: 100,
         per_peer: 2,
     });
@@ -119,7 +119,7 @@ fn ipv6_peers_are_counted_by_their_64() {
 
 #[tokio::test(start_paused = true)]
 async fn a_peers_connections_share_one_load() {
-    let seats = Seats::new(SeatLimits {
+    let seats = Seats::new(SeatBounds {
         total: 10,
         per_peer: 10,
     });

@@ -13,7 +13,7 @@ use tracing::info;
 
 use super::guard::Guard;
 use super::{GrpcListener, ServeOptions};
-use crate::conn::{self, BodyBudget, ConnLimits, Guarded, IdleBy, Watch};
+use crate::conn::{self, BodyBudget, ConnBounds, Guarded, IdleBy, Watch};
 use crate::metrics::{Listener, Metrics};
 use crate::quota::QuotaService;
 use crate::service::RateLimiter;
@@ -113,7 +113,7 @@ pub(super) fn serve(
 /// Plain connections under the guards, as tonic's incoming stream.
 fn guarded<S>(
     admitted: tokio::sync::mpsc::Receiver<conn::Admitted<S>>,
-    limits: ConnLimits,
+    limits: ConnBounds,
 ) -> impl tokio_stream::Stream<Item = Result<Guarded<S>, std::io::Error>> {
     tokio_stream::StreamExt::map(
         tokio_stream::wrappers::ReceiverStream::new(admitted),

@@ -13,7 +13,7 @@ use tonic_health::ServingStatus;
 use tonic_health::pb::health_server::{Health, HealthServer};
 use tracing::{info, warn};
 
-use crate::admin::{self, AdminLimits, AdminState, HealthcheckPolicy};
+use crate::admin::{self, AdminBounds, AdminState, HealthcheckPolicy};
 use crate::config::xds::XdsConfig;
 use crate::console::Console;
 use crate::quota::{self, QuotaOptions};
@@ -82,9 +82,9 @@ pub struct ServeOptions {
     /// Reload the rules when their directory changes (SIGHUP always reloads).
     pub watch_config: bool,
     /// Bounds of the gRPC listener.
-    pub grpc: GrpcLimits,
+    pub grpc: GrpcBounds,
     /// Bounds and access rules of the admin listener.
-    pub admin: AdminLimits,
+    pub admin: AdminBounds,
     /// What `GET /healthcheck` requires.
     pub healthcheck: HealthcheckPolicy,
     /// Send the reference's stats over UDP.
@@ -238,9 +238,9 @@ pub fn signal() -> impl Future<Output = ()> + Send + 'static {
 
 mod grpc;
 mod guard;
-mod limits;
+mod bounds;
 mod tasks;
-pub use limits::{BodyLimits, GrpcLimits};
+pub use bounds::{BodyBounds, GrpcBounds};
 
 /// The admin addresses for the startup line: the first alone, or a comma
 /// list (the first is the one tests and operators read).

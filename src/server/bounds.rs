@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
-use crate::conn::ConnLimits;
+use crate::conn::ConnBounds;
 
 /// What one client may hold on the gRPC listener.
 #[derive(Debug, Clone, Copy)]
-pub struct GrpcLimits {
-    pub conn: ConnLimits,
+pub struct GrpcBounds {
+    pub conn: ConnBounds,
     /// Concurrent HTTP/2 streams per connection.
     pub max_streams: u32,
     /// Streams refused or reset by sluice on one connection before it is
@@ -18,12 +18,12 @@ pub struct GrpcLimits {
     pub keepalive_interval: Duration,
     pub keepalive_timeout: Duration,
     /// Bounds on request bodies.
-    pub body: BodyLimits,
+    pub body: BodyBounds,
 }
 
 /// Bounds on `ShouldRateLimit` request bodies still arriving.
 #[derive(Debug, Clone, Copy)]
-pub struct BodyLimits {
+pub struct BodyBounds {
     /// A body not whole within this is refused (`--body-timeout`).
     pub timeout: Duration,
     /// Bytes received and not yet decoded, per connection.
@@ -33,9 +33,9 @@ pub struct BodyLimits {
     pub per_process: usize,
 }
 
-impl Default for BodyLimits {
+impl Default for BodyBounds {
     fn default() -> Self {
-        BodyLimits {
+        BodyBounds {
             timeout: Duration::from_secs(5),
             per_connection: 4 << 20,
             per_process: 256 << 20,
@@ -43,10 +43,10 @@ impl Default for BodyLimits {
     }
 }
 
-impl Default for GrpcLimits {
+impl Default for GrpcBounds {
     fn default() -> Self {
-        GrpcLimits {
-            conn: ConnLimits {
+        GrpcBounds {
+            conn: ConnBounds {
                 max_connections: 4096,
                 max_per_peer: 512,
                 handshake_timeout: Duration::from_secs(5),
@@ -58,7 +58,7 @@ impl Default for GrpcLimits {
             max_reset_streams: 1024,
             keepalive_interval: Duration::from_secs(60),
             keepalive_timeout: Duration::from_secs(20),
-            body: BodyLimits::default(),
+            body: BodyBounds::default(),
         }
     }
 }
