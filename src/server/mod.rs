@@ -236,9 +236,9 @@ pub fn signal() -> impl Future<Output = ()> + Send + 'static {
     }
 }
 
+mod bounds;
 mod grpc;
 mod guard;
-mod bounds;
 mod tasks;
 pub use bounds::{BodyBounds, GrpcBounds};
 
