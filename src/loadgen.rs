@@ -53,7 +53,7 @@ impl std::str::FromStr for Template {
 
 /// What to send, how hard, for how long.
 #[derive(Debug, Clone)]
-pub struct Plan {
+pub struct LoadPlan {
     /// `host:port` of the service.
     pub target: String,
     pub domain: String,
@@ -151,7 +151,7 @@ impl fmt::Display for Report {
     }
 }
 
-fn request(plan: &Plan, n: u64) -> RateLimitRequest {
+fn request(plan: &LoadPlan, n: u64) -> RateLimitRequest {
     let value = n.to_string();
     RateLimitRequest {
         domain: plan.domain.clone(),
@@ -175,14 +175,14 @@ fn request(plan: &Plan, n: u64) -> RateLimitRequest {
 }
 
 #[derive(Default)]
-struct Tally {
+struct Outcomes {
     ok: u64,
     over_limit: u64,
     errors: u64,
     latencies: Vec<u32>,
 }
 
-impl Tally {
+impl Outcomes {
     fn record(
         &mut self,
         since: Instant,
@@ -202,7 +202,7 @@ impl Tally {
 }
 
 /// Runs the plan and reports what it saw.
-pub async fn run(plan: Plan) -> Result<Report, BenchError> {
+pub async fn run(plan: LoadPlan) -> Result<Report, BenchError> {
     let endpoint = Endpoint::from_shared(format!("http://{}", plan.target)).map_err(|source| {
         BenchError::Connect {
             target: plan.target.clone(),
@@ -225,7 +225,7 @@ pub async fn run(plan: Plan) -> Result<Report, BenchError> {
     let plan = Arc::new(plan);
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
-    let mut total = Tally::default();
+    let mut total = Outcomes::default();
     let workers: Vec<_> = match plan.rate {
         Some(rate) => {
             total = open_loop(plan.clone(), channels, rate, started).await;
@@ -263,11 +263,11 @@ pub async fn run(plan: Plan) -> Result<Report, BenchError> {
 
 async fn worker(
     mut client: RateLimitServiceClient<Channel>,
-    plan: Arc<Plan>,
+    plan: Arc<LoadPlan>,
     next: Arc<AtomicU64>,
     started: Instant,
-) -> Tally {
-    let mut tally = Tally::default();
+) -> Outcomes {
+    let mut tally = Outcomes::default();
     loop {
         let i = next.fetch_add(1, Ordering::Relaxed);
         if plan.requests.is_some_and(|n| i >= n) || started.elapsed() >= plan.duration {
@@ -285,7 +285,12 @@ async fn worker(
 /// (an OS sleep is precise to tens of microseconds, the async timer only to a
 /// millisecond, which would send the load in bursts), and each request runs
 /// as its own task, at most `concurrency` at once.
-async fn open_loop(plan: Arc<Plan>, channels: Vec<Channel>, rate: f64, started: Instant) -> Tally {
+async fn open_loop(
+    plan: Arc<LoadPlan>,
+    channels: Vec<Channel>,
+    rate: f64,
+    started: Instant,
+) -> Outcomes {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(u64, Instant)>();
     let (duration, limit) = (plan.duration, plan.requests);
     std::thread::spawn(move || {
@@ -303,7 +308,7 @@ async fn open_loop(plan: Arc<Plan>, channels: Vec<Channel>, rate: f64, started: 
         }
     });
     let slots = Arc::new(tokio::sync::Semaphore::new(plan.concurrency.max(1)));
-    let tally = Arc::new(std::sync::Mutex::new(Tally::default()));
+    let tally = Arc::new(std::sync::Mutex::new(Outcomes::default()));
     let mut tasks = Vec::new();
     let mut ring = channels.iter().cycle();
     while let Some((i, due)) = rx.recv().await {
@@ -343,7 +348,7 @@ mod tests {
     #[test]
     fn templates_parse_and_fill_in_the_value() {
         let t: Template = "tier=api,remote_address=10.0.{n}".parse().unwrap();
-        let plan = Plan {
+        let plan = LoadPlan {
             target: String::new(),
             domain: "api".into(),
             descriptors: vec![t],

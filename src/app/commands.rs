@@ -42,7 +42,7 @@ pub fn check(args: &CheckArgs) -> Result<ExitCode, AppError> {
 }
 
 pub fn bench(args: BenchArgs) -> Result<ExitCode, AppError> {
-    let plan = crate::loadgen::Plan {
+    let plan = crate::loadgen::LoadPlan {
         target: args.target,
         domain: args.domain,
         descriptors: args.descriptors,

@@ -7,16 +7,16 @@ use super::AppError;
 use crate::cli::StoreArgs;
 use crate::metrics::Metrics;
 use crate::store::memcache::{MemcacheConfig, MemcacheStore};
-use crate::store::redis::{RedisConfig, RedisStore, RedisTls, Sentinel, Target};
+use crate::store::redis::{RedisConfig, RedisStore, RedisTarget, RedisTls, Sentinel};
 use crate::store::{MemoryStore, Resilient, Store};
 
 pub(crate) fn build(args: &StoreArgs, metrics: &Arc<Metrics>) -> Result<Arc<dyn Store>, AppError> {
     let target = match (&args.redis_url, args.redis_cluster.is_empty()) {
-        (Some(url), _) => Target::Single(url.clone()),
-        (None, false) => Target::Cluster(args.redis_cluster.clone()),
+        (Some(url), _) => RedisTarget::Single(url.clone()),
+        (None, false) => RedisTarget::Cluster(args.redis_cluster.clone()),
         (None, true) if args.redis_sentinel.is_some() => {
             let spec = args.redis_sentinel.as_deref().unwrap_or_default();
-            Target::Sentinel(
+            RedisTarget::Sentinel(
                 Sentinel::parse(spec, args.redis_sentinel_password.clone())
                     .map_err(|e| AppError::msg(format!("--redis-sentinel: {e}")))?,
             )

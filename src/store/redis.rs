@@ -22,7 +22,7 @@ mod target;
 
 pub use keys::{KeyFormat, render_key};
 use target::seeds;
-pub use target::{Target, mask};
+pub use target::{RedisTarget, mask};
 
 use super::batch::Batcher;
 use super::demand::{self, DemandUpdate, MemberDemand};
@@ -39,7 +39,7 @@ use crate::limiter::{Algorithm, Tally};
 /// Settings of the Redis store.
 #[derive(Debug, Clone)]
 pub struct RedisConfig {
-    pub target: Target,
+    pub target: RedisTarget,
     pub pool_size: u32,
     pub prefix: String,
     pub key_format: KeyFormat,
@@ -105,13 +105,13 @@ impl RedisStore {
 
     pub fn backend(&self) -> &'static str {
         match self.config.target {
-            Target::Single(_) => "redis",
-            Target::Cluster(_) => "redis-cluster",
-            Target::Sentinel(_) => "redis-sentinel",
+            RedisTarget::Single(_) => "redis",
+            RedisTarget::Cluster(_) => "redis-cluster",
+            RedisTarget::Sentinel(_) => "redis-sentinel",
         }
     }
 
-    pub fn target(&self) -> &Target {
+    pub fn target(&self) -> &RedisTarget {
         &self.config.target
     }
 
@@ -123,8 +123,8 @@ impl RedisStore {
     /// a Redis that answers from one that answers in time.
     pub async fn connect(&self) -> Result<Duration, StoreError> {
         let (live, rtt) = match &self.config.target {
-            Target::Single(url) => self.connect_single(url).await?,
-            Target::Sentinel(sentinel) => {
+            RedisTarget::Single(url) => self.connect_single(url).await?,
+            RedisTarget::Sentinel(sentinel) => {
                 // Asked on every (re)connect: after a failover this is the
                 // new master, proven by the probe before any request uses it.
                 let url = sentinel
@@ -132,7 +132,7 @@ impl RedisStore {
                     .await?;
                 self.connect_single(&url).await?
             }
-            Target::Cluster(_) => {
+            RedisTarget::Cluster(_) => {
                 let mut builder =
                     redis::cluster::ClusterClient::builder(seeds(&self.config.target))
                         .connection_timeout(self.config.connect_timeout);

@@ -15,15 +15,15 @@ fn passwords_are_masked() {
         "redis://:***@cache:6379"
     );
     assert_eq!(mask("redis://cache:6379"), "redis://cache:6379");
-    let t = Target::Cluster(vec!["redis://u:p@a:7000".into(), "b:7001".into()]);
+    let t = RedisTarget::Cluster(vec!["redis://u:p@a:7000".into(), "b:7001".into()]);
     assert!(!format!("{t} {t:?}").contains(":p@"));
 }
 
 #[test]
 fn cluster_seeds_inherit_scheme_and_credentials() {
-    let t = Target::Cluster(vec!["rediss://u:p@a:7000".into(), "b:7001".into()]);
+    let t = RedisTarget::Cluster(vec!["rediss://u:p@a:7000".into(), "b:7001".into()]);
     assert_eq!(seeds(&t), ["rediss://u:p@a:7000", "rediss://u:p@b:7001"]);
-    let t = Target::Cluster(vec!["a:7000".into(), "b:7001".into()]);
+    let t = RedisTarget::Cluster(vec!["a:7000".into(), "b:7001".into()]);
     assert_eq!(seeds(&t), ["redis://a:7000", "redis://b:7001"]);
 }
 

@@ -7,7 +7,7 @@ use super::Sentinel;
 
 /// Where the counters live.
 #[derive(Clone, PartialEq, Eq)]
-pub enum Target {
+pub enum RedisTarget {
     /// `redis://[user:pass@]host:port[/db]` or `rediss://...` for TLS.
     Single(String),
     /// Seed nodes of a cluster, each a URL or `host:port`.
@@ -16,22 +16,22 @@ pub enum Target {
     Sentinel(Sentinel),
 }
 
-impl fmt::Debug for Target {
+impl fmt::Debug for RedisTarget {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{self}")
     }
 }
 
-impl fmt::Display for Target {
+impl fmt::Display for RedisTarget {
     /// Never shows a password.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Target::Single(url) => f.write_str(&mask(url)),
-            Target::Cluster(seeds) => {
+            RedisTarget::Single(url) => f.write_str(&mask(url)),
+            RedisTarget::Cluster(seeds) => {
                 let masked: Vec<String> = seeds.iter().map(|s| mask(s)).collect();
                 write!(f, "cluster {}", masked.join(","))
             }
-            Target::Sentinel(s) => write!(f, "{s}"),
+            RedisTarget::Sentinel(s) => write!(f, "{s}"),
         }
     }
 }
@@ -50,11 +50,11 @@ pub fn mask(url: &str) -> String {
 
 /// The URLs of a target: cluster seeds given as `host:port` inherit the
 /// scheme and credentials of the first seed written as a URL.
-pub(super) fn seeds(target: &Target) -> Vec<String> {
+pub(super) fn seeds(target: &RedisTarget) -> Vec<String> {
     match target {
-        Target::Single(url) => vec![url.clone()],
-        Target::Sentinel(s) => s.sentinel_urls(),
-        Target::Cluster(seeds) => {
+        RedisTarget::Single(url) => vec![url.clone()],
+        RedisTarget::Sentinel(s) => s.sentinel_urls(),
+        RedisTarget::Cluster(seeds) => {
             let base = seeds
                 .iter()
                 .find_map(|s| {
