@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::config::core::v3::Node as XdsNode;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use envoy_types::pb::google::protobuf::value::Kind;
@@ -157,8 +157,8 @@ async fn stream(cfg: &XdsConfig, rules: &LiveRules) -> Result<(), String> {
 }
 
 /// This sluice as the server knows it: its id and metadata.
-fn node(cfg: &XdsConfig) -> Node {
-    Node {
+fn node(cfg: &XdsConfig) -> XdsNode {
+    XdsNode {
         id: cfg.node_id.clone(),
         metadata: (!cfg.node_metadata.is_empty()).then(|| Struct {
             fields: cfg
@@ -183,7 +183,7 @@ async fn follow(
     rules: &LiveRules,
     mut responses: tonic::Streaming<DiscoveryResponse>,
     tx: &mpsc::Sender<DiscoveryRequest>,
-    node: &Node,
+    node: &XdsNode,
     mut applied: String,
 ) -> Result<(), String> {
     // The newest response not yet applied, and when the next may be.
@@ -246,7 +246,7 @@ fn answer(
     resp: &DiscoveryResponse,
     rules: &LiveRules,
     applied: &mut String,
-    node: &Node,
+    node: &XdsNode,
 ) -> DiscoveryRequest {
     let result = compile(resp, rules);
     let error_detail = match rules.apply_xds(result, &resp.version_info) {
