@@ -228,8 +228,23 @@ def envoy_gateway_in_container():
     say("Envoy Gateway's environment: passed with /bin/ratelimit in the image")
 
 
+def ports_free():
+    """The compose file publishes fixed host ports: say plainly when another
+    process (a `make stack`, say) holds one, before compose fails on it."""
+    import socket
+    for port in (8080, 10000):
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError as e:
+                raise SystemExit(f"127.0.0.1:{port} is in use ({e.strerror}); docker-compose.yml "
+                                 "publishes it: stop whatever holds it (make stack-down?) and run again")
+
+
 def main():
     standins.CACHE.mkdir(parents=True, exist_ok=True)
+    ports_free()
     ensure_docker()
     for image in images_named():
         say(f"image {image}: {standins.ensure(image)}")
