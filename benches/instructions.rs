@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::redis::free_port;
-use shared::{PATH, RULES, grpc_body};
+use shared::{RULES, grpc_body};
 
 fn body(dir: &Path, name: &str, descriptors: &[&[(&str, &str)]]) -> std::path::PathBuf {
     let path = dir.join(name);
@@ -28,14 +28,13 @@ fn body(dir: &Path, name: &str, descriptors: &[&[(&str, &str)]]) -> std::path::P
 }
 
 fn h2load(port: u16, body: &Path, n: u64) {
-    let out = Command::new("h2load")
-        .args(["-t1", "-c8", "-m32", "-n", &n.to_string()])
-        .args(["-H", "content-type:application/grpc", "-H", "te:trailers"])
-        .arg("-d")
-        .arg(body)
-        .arg(format!("http://127.0.0.1:{port}{PATH}"))
-        .output()
-        .expect("h2load (make bench installs nghttp2-client)");
+    let out = shared::h2load(
+        &["-t1", "-c8", "-m32", "-n", &n.to_string()],
+        body,
+        format!("127.0.0.1:{port}"),
+    )
+    .output()
+    .expect("h2load (make bench installs nghttp2-client)");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains(&format!("{n} succeeded")), "h2load: {text}");
 }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use common::redis::RedisServer;
 use common::{Sluice, eventually};
-use shared::{PATH, RULES, grpc_body};
+use shared::{RULES, grpc_body};
 
 const ROUNDS: usize = 5;
 const SECONDS: u64 = 4;
@@ -75,19 +75,13 @@ impl Server {
 /// Throughput from one h2load run, and the server CPU per request.
 fn h2load(server: &Server, body: &Path) -> (f64, f64) {
     let cpu = server.cpu();
-    let out = Command::new("h2load")
-        .args(["-t1", "-c8", "-m32", "-D", &SECONDS.to_string()])
-        .args([
-            "-H",
-            "content-type:application/grpc",
-            "-H",
-            "te:trailers",
-            "-d",
-        ])
-        .arg(body)
-        .arg(format!("http://{}{PATH}", server.addr))
-        .output()
-        .expect("h2load (make bench installs nghttp2-client)");
+    let out = shared::h2load(
+        &["-t1", "-c8", "-m32", "-D", &SECONDS.to_string()],
+        body,
+        server.addr,
+    )
+    .output()
+    .expect("h2load (make bench installs nghttp2-client)");
     let text = String::from_utf8_lossy(&out.stdout);
     let rps: f64 = text
         .lines()

@@ -17,9 +17,11 @@
 mod common;
 #[path = "support/proc.rs"]
 mod proc;
+#[path = "support/shared.rs"]
+mod shared;
 
 use std::net::{IpAddr, SocketAddr};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -31,8 +33,6 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use proc::{env_or, fds, rss_kib};
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
 fn rules(limit: u64) -> String {
     format!(
@@ -124,21 +124,15 @@ async fn silent_quota(to: SocketAddr, n: usize, stop: Arc<AtomicBool>) {
 }
 
 fn h2load(to: SocketAddr, seconds: u64, body: &std::path::Path) -> Child {
-    Command::new("h2load")
-        .args(["-t1", "-c64", "-m100", "-D", &seconds.to_string()])
-        .args([
-            "-H",
-            "content-type:application/grpc",
-            "-H",
-            "te:trailers",
-            "-d",
-        ])
-        .arg(body)
-        .arg(format!("http://{to}{PATH}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("h2load (make soak installs nghttp2-client)")
+    shared::h2load(
+        &["-t1", "-c64", "-m100", "-D", &seconds.to_string()],
+        body,
+        to,
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("h2load (make soak installs nghttp2-client)")
 }
 
 /// What the honest client saw.
@@ -238,10 +232,7 @@ fn main() {
     }
     let body = tempfile::NamedTempFile::new().expect("tmp");
     let msg = common::request("vol", vec![common::descriptor(&[("flood", "x")])]).encode_to_vec();
-    let mut framed = vec![0];
-    framed.extend((msg.len() as u32).to_be_bytes());
-    framed.extend(msg);
-    std::fs::write(body.path(), framed).expect("body");
+    std::fs::write(body.path(), shared::frame(msg)).expect("body");
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)

@@ -1,6 +1,12 @@
 //! What `make bench` and `make instructions` both send: the rules, and a
 //! request framed for gRPC as h2load replays it.
 
+#![allow(dead_code)]
+
+use std::fmt::Display;
+use std::path::Path;
+use std::process::Command;
+
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use prost::Message;
 
@@ -40,8 +46,25 @@ pub fn grpc_body(descriptors: &[&[(&str, &str)]]) -> Vec<u8> {
         hits_addend: 0,
     }
     .encode_to_vec();
+    frame(msg)
+}
+
+/// One gRPC message framed as on the wire (uncompressed).
+pub fn frame(msg: Vec<u8>) -> Vec<u8> {
     let mut framed = vec![0];
     framed.extend((msg.len() as u32).to_be_bytes());
     framed.extend(msg);
     framed
+}
+
+/// h2load replaying `body` as ShouldRateLimit calls to `to` (host:port),
+/// with `shape` (threads, connections, streams, duration or count) first.
+pub fn h2load(shape: &[&str], body: &Path, to: impl Display) -> Command {
+    let mut cmd = Command::new("h2load");
+    cmd.args(shape)
+        .args(["-H", "content-type:application/grpc", "-H", "te:trailers"])
+        .arg("-d")
+        .arg(body)
+        .arg(format!("http://{to}{PATH}"));
+    cmd
 }

@@ -101,10 +101,7 @@ pub fn serve(args: ServeArgs, notes: &[String]) -> Result<ExitCode, AppError> {
     let Some(rules) = load_rules(&args, &metrics) else {
         return Ok(ExitCode::FAILURE);
     };
-    let tls = match args.tls_files() {
-        Some(files) => Some(Arc::new(Tls::new(files).context("--grpc-tls-*")?)),
-        None => None,
-    };
+    let tls = grpc_tls(&args)?;
     let result = runtime.block_on(run(args, rules, tls, metrics));
     if let Some(t) = telemetry {
         let _inside = runtime.enter();
@@ -114,6 +111,13 @@ pub fn serve(args: ServeArgs, notes: &[String]) -> Result<ExitCode, AppError> {
     // directory) must not hold the exit past the grace period.
     runtime.shutdown_timeout(Duration::from_millis(500));
     result
+}
+
+/// The gRPC listener's certificates, read now so a bad file fails startup.
+fn grpc_tls(args: &ServeArgs) -> Result<Option<Arc<Tls>>, AppError> {
+    args.tls_files()
+        .map(|files| Tls::new(files).map(Arc::new).context("--grpc-tls-*"))
+        .transpose()
 }
 
 /// The rules from xDS (none until the first response) or from the directory;
@@ -235,10 +239,7 @@ pub async fn start(args: ServeArgs) -> Result<Running, AppError> {
     let metrics = Arc::new(Metrics::with_limits(args.limits.metric_limits()));
     let rules =
         load_rules(&args, &metrics).ok_or_else(|| AppError::msg("the rules did not load"))?;
-    let tls = match args.tls_files() {
-        Some(files) => Some(Arc::new(Tls::new(files).context("--grpc-tls-*")?)),
-        None => None,
-    };
+    let tls = grpc_tls(&args)?;
     let listeners = bind(&args).await?;
     let grpc = match &listeners.grpc {
         server::GrpcListener::Tcp(l) => Some(l.local_addr()?),

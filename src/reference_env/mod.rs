@@ -107,6 +107,7 @@ pub fn translate(
     rules(&env, &mut t)?;
     store::translate(&env, &mut t)?;
     stats(&env, &mut t)?;
+    logging(&env, &mut t)?;
     behaviour(&env, &mut t)?;
     tracing(&env, &mut t)?;
     Ok(t)
@@ -314,6 +315,11 @@ fn stats(env: &Env, t: &mut Translation) -> Result<(), EnvError> {
             t.flag("statsd-tags", tags);
         }
     }
+    Ok(())
+}
+
+/// `LOG_LEVEL` (logrus's levels) and `LOG_FORMAT`.
+fn logging(env: &Env, t: &mut Translation) -> Result<(), EnvError> {
     let level = env.or("LOG_LEVEL", "WARN").to_ascii_lowercase();
     let level = match level.as_str() {
         "trace" | "debug" | "info" | "error" => level.clone(),

@@ -12,8 +12,15 @@ use tracing::{error, info, warn};
 use super::{Down, PROBE_MAX, Resilient, Verdict};
 use crate::store::{StoreError, StoreHealth};
 
+/// Bytes of a store's reason kept for the log and `/readyz` (Redis's own
+/// protected-mode refusal is about 1,100).
+const REASON_BYTES: usize = 2048;
+
 impl Resilient {
-    pub(super) fn fault(&self, reason: String) {
+    pub(super) fn fault(&self, mut reason: String) {
+        // The store's words, but not without bound: a hostile or broken
+        // store could answer an error line of any length.
+        crate::text::cut(&mut reason, REASON_BYTES);
         self.faulty.store(true, Relaxed);
         let mut breaker = self.breaker.lock();
         if breaker.fault(Instant::now()) != Verdict::Tripped {
@@ -93,7 +100,8 @@ impl Resilient {
     /// store's reason changes (a refused port that starts answering
     /// `DENIED`), so the log says each cause once in the store's own words.
     fn still_down(&self, e: &StoreError, at_startup: bool) {
-        let reason = e.to_string();
+        let mut reason = e.to_string();
+        crate::text::cut(&mut reason, REASON_BYTES);
         let changed = {
             let mut down = self.down.lock();
             let changed = down.reason != reason;
