@@ -1,16 +1,22 @@
-//! Prometheus metrics, rendered by hand in the text format: a handful of
-//! counters and one histogram do not need a metrics framework.
+//! Prometheus metrics. The request path bumps plain atomics; each component
+//! (the service, the store, the listeners, quota mode, the bounds, the rule
+//! table) owns its counters and registers one prometheus-client
+//! [`Collector`](prometheus_client::collector::Collector) that reads them at
+//! a scrape, encoded in the Prometheus text format (0.0.4).
 //!
 //! Rule counters are labelled by domain and rule path, never by a runtime value
 //! unless the rule asks for `detailed_metric`; those labels are capped so a
 //! flood of distinct values cannot grow memory without bound.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use prometheus_client::encoding::prometheus_text;
+
+/// The `Content-Type` of [`Metrics::render`]'s text.
+pub(crate) const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
+use prometheus_client::registry::Registry;
 
 /// Bounds on what runtime values can add to `/metrics`.
 #[derive(Debug, Clone, Copy)]
@@ -63,46 +69,23 @@ pub struct ServiceTotals {
     pub global_shadow_mode: u64,
     pub domain_not_found: u64,
 }
-/// Rule counters by domain, then by rule path (two levels, so a lookup
-/// borrows the request's strings instead of allocating a key).
-type RuleMap = BTreeMap<Arc<str>, BTreeMap<Arc<str>, Arc<RuleStats>>>;
 
 /// Every metric sluice exports. Cheap to share: clone the `Arc`.
 #[derive(Debug)]
 pub struct Metrics {
-    limits: MetricBounds,
     /// The descriptors most often over their limit lately (the console).
     pub top_keys: TopKeys,
-    rules: Mutex<RuleMap>,
-    /// Distinct `detailed_metric` label sets so far (changed under `rules`).
-    detailed: AtomicUsize,
-    requests_ok: AtomicU64,
-    requests_over: AtomicU64,
-    requests_invalid: AtomicU64,
-    requests_unavailable: AtomicU64,
-    latency: Histogram,
-    domain_not_found: AtomicU64,
-    global_shadow_mode: AtomicU64,
-    config_loads: AtomicU64,
-    config_load_errors: AtomicU64,
-    config_generation: AtomicU64,
-    store: StoreMetrics,
-    /// Connections refused or closed by a bound, by listener and reason.
-    conn: ConnMetrics,
+    rules: Arc<RuleTable>,
+    service: Arc<ServiceMetrics>,
+    store: Arc<StoreMetrics>,
+    /// Connections open, closed idle, failed accepts.
+    conn: Arc<ConnMetrics>,
     /// Quota streams open, and report entries skipped by reason.
-    quota_streams: AtomicI64,
-    quota_skipped: [AtomicU64; Skip::ALL.len()],
-    quota_deferred: AtomicU64,
+    quota: Arc<QuotaMetrics>,
     /// Bounds against hostile volume reached, by bound.
-    bounds: BoundCounters,
-}
-
-#[derive(Debug, Default)]
-struct ConnMetrics {
-    grpc_open: AtomicU64,
-    admin_open: AtomicU64,
-    idle_closed: AtomicU64,
-    accept_errors: AtomicU64,
+    bounds: Arc<BoundCounters>,
+    /// Each component's collector, in the order of the exposition.
+    registry: Registry,
 }
 
 /// Which listener a connection came in on.
@@ -122,181 +105,98 @@ pub enum StoreCall {
     Rejected,
 }
 
-#[derive(Debug, Default)]
-struct StoreMetrics {
-    latency: Histogram,
-    timeouts: AtomicU64,
-    errors: AtomicU64,
-    rejected: AtomicU64,
-    trips: AtomicU64,
-    counters_live: AtomicU64,
-    counter_evictions: AtomicU64,
-    /// Descriptors decided by each failure policy: fallback, allow, deny.
-    policy_decisions: [AtomicU64; 3],
-    circuit_open: AtomicU64,
-    local_cache_hits: AtomicU64,
-}
-
 impl Metrics {
     /// Metrics under other bounds than the defaults.
     pub fn with_limits(limits: MetricBounds) -> Metrics {
+        let rules = Arc::new(RuleTable::new(limits));
+        let service = Arc::new(ServiceMetrics::default());
+        let store = Arc::new(StoreMetrics::default());
+        let conn = Arc::new(ConnMetrics::default());
+        let quota = Arc::new(QuotaMetrics::new(rules.clone()));
+        let bounds = Arc::new(BoundCounters::default());
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(rules.clone()));
+        registry.register_collector(Box::new(service.clone()));
+        registry.register_collector(Box::new(store.clone()));
+        registry.register_collector(Box::new(conn.clone()));
+        registry.register_collector(Box::new(quota.clone()));
+        registry.register_collector(Box::new(bounds.clone()));
         Metrics {
-            limits,
             top_keys: TopKeys::new(limits.top_keys, limits.show_addresses),
-            rules: Mutex::default(),
-            detailed: AtomicUsize::default(),
-            requests_ok: AtomicU64::default(),
-            requests_over: AtomicU64::default(),
-            requests_invalid: AtomicU64::default(),
-            requests_unavailable: AtomicU64::default(),
-            latency: Histogram::default(),
-            domain_not_found: AtomicU64::default(),
-            global_shadow_mode: AtomicU64::default(),
-            config_loads: AtomicU64::default(),
-            config_load_errors: AtomicU64::default(),
-            config_generation: AtomicU64::default(),
-            store: StoreMetrics::default(),
-            conn: ConnMetrics::default(),
-            quota_streams: AtomicI64::default(),
-            quota_skipped: Default::default(),
-            quota_deferred: AtomicU64::default(),
-            bounds: BoundCounters::default(),
+            rules,
+            service,
+            store,
+            conn,
+            quota,
+            bounds,
+            registry,
         }
+    }
+
+    /// The Prometheus text exposition (0.0.4) of every metric.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(8192);
+        // Writing to a String does not fail; a collector never errs either.
+        let _ = prometheus_text::encode(&mut out, &self.registry);
+        out
     }
 
     /// The counters of a configured rule; the same `Arc` across reloads, so
     /// counters keep counting when the rules are swapped.
     pub fn rule(&self, domain: &str, path: &str) -> Arc<RuleStats> {
-        self.rules
-            .lock()
-            .entry(domain.into())
-            .or_default()
-            .entry(path.into())
-            .or_default()
-            .clone()
+        self.rules.rule(domain, path)
     }
 
     /// The counters of a `detailed_metric` label set, or `fallback` once the
     /// cap on distinct label sets is reached or the label is too long.
     pub fn detailed(&self, domain: &str, path: &str, fallback: &Arc<RuleStats>) -> Arc<RuleStats> {
-        if path.len() > self.limits.label_bytes {
-            return fallback.clone();
-        }
-        let mut rules = self.rules.lock();
-        // Borrowed lookup first: a known label set allocates nothing.
-        if let Some(s) = rules.get(domain).and_then(|paths| paths.get(path)) {
-            return s.clone();
-        }
-        if self.detailed.load(Relaxed) >= self.limits.detailed_sets {
-            return fallback.clone();
-        }
-        self.detailed.fetch_add(1, Relaxed);
-        let stats = rules
-            .entry(domain.into())
-            .or_default()
-            .entry(path.into())
-            .or_default()
-            .clone();
-        stats.detailed.store(true, Relaxed);
-        stats
+        self.rules.detailed(domain, path, fallback)
     }
 
     /// Drops the series of configured rules no longer in force (nothing
     /// but this table holds their counters): a management server changing
     /// rules every second cannot grow `/metrics` without bound.
     pub fn prune_rules(&self) {
-        let mut rules = self.rules.lock();
-        for paths in rules.values_mut() {
-            paths.retain(|_, s| Arc::strong_count(s) > 1 || s.detailed.load(Relaxed));
-        }
-        rules.retain(|_, paths| !paths.is_empty());
+        self.rules.prune();
     }
 
     /// Every rule's counters (and each `detailed_metric` label set's), by
-    /// domain and path. Copies pointers under the lock and lets go: requests
-    /// that look up a rule's counters never wait for a scrape or a flush.
+    /// domain and path, for statsd.
     pub fn rule_snapshot(&self) -> Vec<(RuleKey, Arc<RuleStats>)> {
-        self.rules
-            .lock()
-            .iter()
-            .flat_map(|(domain, paths)| {
-                paths
-                    .iter()
-                    .map(|(path, v)| ((domain.clone(), path.clone()), v.clone()))
-            })
-            .collect()
+        self.rules.snapshot()
     }
 
     /// The service-level totals, for statsd.
     pub fn service_totals(&self) -> ServiceTotals {
-        ServiceTotals {
-            requests: self.requests_total(),
-            latency_count: self.latency.count.load(Relaxed),
-            latency_nanos: self.latency.sum_nanos.load(Relaxed),
-            config_loads: self.config_loads.load(Relaxed),
-            config_load_errors: self.config_load_errors.load(Relaxed),
-            global_shadow_mode: self.global_shadow_mode.load(Relaxed),
-            domain_not_found: self.domain_not_found.load(Relaxed),
-        }
+        self.service.totals()
     }
 
     /// Every ShouldRateLimit call answered so far, whatever the answer.
     pub fn requests_total(&self) -> u64 {
-        self.requests_ok.load(Relaxed)
-            + self.requests_over.load(Relaxed)
-            + self.requests_invalid.load(Relaxed)
-            + self.requests_unavailable.load(Relaxed)
+        self.service.requests_total()
     }
 
     pub fn request(&self, outcome: Outcome, took: Duration) {
-        let c = match outcome {
-            Outcome::Ok => &self.requests_ok,
-            Outcome::OverLimit => &self.requests_over,
-            Outcome::Invalid => &self.requests_invalid,
-            Outcome::Unavailable => &self.requests_unavailable,
-        };
-        c.fetch_add(1, Relaxed);
-        self.latency.observe(took);
+        self.service.request(outcome, took);
     }
 
     /// Global shadow mode let an over-limit request through.
     pub fn global_shadow_mode(&self) {
-        self.global_shadow_mode.fetch_add(1, Relaxed);
+        self.service.global_shadow_mode();
     }
 
     pub fn domain_not_found(&self) {
-        self.domain_not_found.fetch_add(1, Relaxed);
+        self.service.domain_not_found();
     }
 
     /// Records a config load: the new generation on success, an error otherwise.
     pub fn config_load(&self, result: Result<u64, ()>) {
-        match result {
-            Ok(generation) => {
-                self.config_loads.fetch_add(1, Relaxed);
-                self.config_generation.store(generation, Relaxed);
-            }
-            Err(()) => {
-                self.config_load_errors.fetch_add(1, Relaxed);
-            }
-        }
+        self.service.config_load(result);
     }
 
     /// Records one call to the shared store (Redis).
     pub fn store_call(&self, call: StoreCall, took: Duration) {
-        let st = &self.store;
-        st.latency.observe(took);
-        match call {
-            StoreCall::Ok => {}
-            StoreCall::Timeout => {
-                st.timeouts.fetch_add(1, Relaxed);
-            }
-            StoreCall::Error => {
-                st.errors.fetch_add(1, Relaxed);
-            }
-            StoreCall::Rejected => {
-                st.rejected.fetch_add(1, Relaxed);
-            }
-        }
+        self.store.call(call, took);
     }
 
     /// Records that the breaker opened; `total` is its opens since start.
@@ -312,10 +212,7 @@ impl Metrics {
 
     /// A connection opened (`+1`) or closed (`-1`) on `listener`.
     pub fn connection(&self, listener: Listener, opened: bool) {
-        let c = match listener {
-            Listener::Grpc => &self.conn.grpc_open,
-            Listener::Admin => &self.conn.admin_open,
-        };
+        let c = self.conn.open(listener);
         if opened {
             c.fetch_add(1, Relaxed);
         } else {
@@ -325,10 +222,7 @@ impl Metrics {
 
     /// Connections open now on `listener`.
     pub fn open_connections(&self, listener: Listener) -> u64 {
-        match listener {
-            Listener::Grpc => self.conn.grpc_open.load(Relaxed),
-            Listener::Admin => self.conn.admin_open.load(Relaxed),
-        }
+        self.conn.open(listener).load(Relaxed)
     }
 
     /// A connection closed for being idle too long.
@@ -344,14 +238,7 @@ impl Metrics {
     /// Counts descriptors decided by a failure policy (the server's, or a
     /// rule's `on_store_failure`).
     pub fn policy_decisions(&self, policy: &str, n: u64) {
-        let i = match policy {
-            "allow" => 1,
-            "deny" => 2,
-            _ => 0,
-        };
-        if let Some(c) = self.store.policy_decisions.get(i) {
-            c.fetch_add(n, Relaxed);
-        }
+        self.store.policy_decisions(policy, n);
     }
 
     /// Records whether the store's circuit breaker is open.
@@ -367,17 +254,25 @@ impl Metrics {
 
 mod address;
 mod bounds;
+mod conn;
+mod encode;
 mod quota;
-mod render;
+mod rules;
+mod service;
 mod stats;
+mod store;
 mod top;
 
 pub use crate::limiter::StatDelta;
 pub use bounds::Bound;
 use bounds::BoundCounters;
+use conn::ConnMetrics;
+use quota::QuotaMetrics;
 pub use quota::Skip;
-use stats::Histogram;
+use rules::RuleTable;
+use service::ServiceMetrics;
 pub use stats::RuleStats;
+use store::StoreMetrics;
 pub use top::{
     MAX_TEXT as TOP_KEY_BYTES, TopKey, TopKeys, WINDOW_SECONDS as TOP_KEYS_WINDOW_SECONDS,
 };
@@ -388,7 +283,7 @@ impl Default for Metrics {
     }
 }
 
-pub(crate) use render::RULE_COUNTERS;
+pub(crate) use rules::RULE_COUNTERS;
 
 #[cfg(test)]
 #[path = "metrics_tests.rs"]

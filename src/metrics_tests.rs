@@ -40,7 +40,7 @@ fn histogram_is_cumulative() {
     m.request(Outcome::Ok, Duration::from_micros(30));
     m.request(Outcome::OverLimit, Duration::from_millis(3));
     let text = m.render();
-    assert!(text.contains("sluice_request_duration_seconds_bucket{le=\"0.00005\"} 1"));
+    assert!(text.contains("sluice_request_duration_seconds_bucket{le=\"5e-05\"} 1"));
     assert!(text.contains("sluice_request_duration_seconds_bucket{le=\"0.005\"} 2"));
     assert!(text.contains("sluice_requests_total{code=\"over_limit\"} 1"));
 }

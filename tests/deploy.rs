@@ -31,6 +31,56 @@ fn alert_rules_pass_promtool() {
     );
 }
 
+/// The exposition parses as Prometheus text, and the linter finds nothing
+/// but the one name kept for compatibility.
+#[tokio::test]
+async fn the_exposition_passes_promtool() {
+    let s = Sluice::start(
+        &[(
+            "web.yaml",
+            "domain: web\ndescriptors:\n  - key: k\n    detailed_metric: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+        )],
+        &[],
+    );
+    let mut c = s.client().await;
+    for v in ["a\"b", "c\\d"] {
+        ask(&mut c, "web", &[("k", v)]).await;
+    }
+    let text = s.get("/metrics").1;
+    assert!(
+        text.contains("sluice_requests_total{code=\"ok\"} 2"),
+        "{text}"
+    );
+    assert!(text.contains(r#"rule="k_a\"b""#), "{text}");
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (make test installs Debian's prometheus package)");
+    use std::io::Write as _;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Exit 1 is a parse error; 3 is lint findings, listed one a line.
+    assert_ne!(out.status.code(), Some(1), "{said}");
+    let findings: Vec<_> = said
+        .lines()
+        .filter(|l| !l.starts_with("sluice_memory_counter_evictions_total "))
+        .collect();
+    assert!(findings.is_empty(), "{said}");
+}
+
 /// `sluice_*` names in a text, histogram series folded into their metric.
 fn named(text: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();

@@ -283,7 +283,7 @@ async fn readyz(State(s): State<AdminState>) -> Response {
 
 async fn metrics(State(s): State<AdminState>) -> Response {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
         s.limiter.metrics().render(),
     )
         .into_response()

@@ -2,11 +2,13 @@
 //! series (`sluice_bound_hits_total{bound}`) and logged at most once per
 //! [`LOG_EVERY`] per bound, so a flood is visible without flooding the log.
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::Metrics;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+
+use super::{Metrics, encode};
 
 /// Seconds between two log lines about the same bound.
 pub const LOG_EVERY: u64 = 10;
@@ -116,22 +118,19 @@ impl Metrics {
             .get(bound.index())
             .map_or(0, |h| h.load(Relaxed))
     }
+}
 
-    pub(super) fn render_bounds(&self, out: &mut String) {
-        let name = "sluice_bound_hits_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Times a bound against hostile volume was reached, by bound (see the README's Security section)."
-        );
-        let _ = writeln!(out, "# TYPE {name} counter");
-        for b in Bound::ALL {
-            let _ = writeln!(
-                out,
-                "{name}{{bound=\"{}\"}} {}",
-                b.name(),
-                self.bound_hits(b)
-            );
-        }
+impl Collector for BoundCounters {
+    fn encode(&self, mut enc: DescriptorEncoder<'_>) -> encode::Result {
+        encode::counters(
+            &mut enc,
+            "sluice_bound_hits",
+            "Times a bound against hostile volume was reached, by bound (see the README's Security section).",
+            Bound::ALL
+                .iter()
+                .zip(&self.hits)
+                .map(|(b, c)| ([("bound", b.name())], c.load(Relaxed))),
+        )
     }
 }
 

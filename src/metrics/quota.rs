@@ -1,12 +1,14 @@
 //! Quota mode's metrics: streams, skipped report entries, and per rule the
 //! Envoys reporting it, what they allowed and denied, and the rate assigned.
 
-use std::fmt::Write as _;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
-use super::render::escape;
-use super::{Metrics, RuleKey, RuleStats};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+
+use super::rules::{RuleTable, labels};
+use super::{Metrics, RuleStats, encode};
 
 /// Why a quota usage report (one bucket of it) was skipped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,23 +44,45 @@ impl Skip {
     }
 }
 
+/// Quota mode's own counters; the per-rule ones live in each rule's
+/// [`RuleStats`], read through the rule table at a scrape.
+#[derive(Debug)]
+pub(super) struct QuotaMetrics {
+    streams: AtomicI64,
+    skipped: [AtomicU64; Skip::ALL.len()],
+    deferred: AtomicU64,
+    rules: Arc<RuleTable>,
+}
+
+impl QuotaMetrics {
+    pub(super) fn new(rules: Arc<RuleTable>) -> QuotaMetrics {
+        QuotaMetrics {
+            streams: AtomicI64::default(),
+            skipped: Default::default(),
+            deferred: AtomicU64::default(),
+            rules,
+        }
+    }
+}
+
 impl Metrics {
     /// A quota stream opened (`true`) or ended.
     pub fn quota_stream(&self, opened: bool) {
-        self.quota_streams
+        self.quota
+            .streams
             .fetch_add(if opened { 1 } else { -1 }, Relaxed);
     }
 
     /// Quota streams open now.
     pub fn quota_streams(&self) -> i64 {
-        self.quota_streams.load(Relaxed)
+        self.quota.streams.load(Relaxed)
     }
 
     pub fn quota_skip(&self, why: Skip) {
         if let Some(c) = Skip::ALL
             .iter()
             .position(|s| *s == why)
-            .and_then(|i| self.quota_skipped.get(i))
+            .and_then(|i| self.quota.skipped.get(i))
         {
             c.fetch_add(1, Relaxed);
         }
@@ -66,82 +90,90 @@ impl Metrics {
 
     /// Store calls quota mode put off for want of budget.
     pub fn quota_deferred(&self, calls: u64) {
-        self.quota_deferred.fetch_add(calls, Relaxed);
+        self.quota.deferred.fetch_add(calls, Relaxed);
     }
+}
 
-    /// Quota mode: per rule that Envoys ever reported to this instance, and
-    /// the streams and skipped report entries.
-    pub(super) fn render_quota(&self, out: &mut String, rules: &[(RuleKey, Arc<RuleStats>)]) {
-        let _ = writeln!(
-            out,
-            "# HELP sluice_quota_streams Quota (RLQS) streams open.\n# TYPE sluice_quota_streams gauge\nsluice_quota_streams {}",
-            self.quota_streams.load(Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP sluice_quota_reports_skipped_total Bucket usage entries skipped, by reason.\n# TYPE sluice_quota_reports_skipped_total counter"
-        );
-        for (skip, c) in Skip::ALL.iter().zip(&self.quota_skipped) {
-            let _ = writeln!(
-                out,
-                "sluice_quota_reports_skipped_total{{reason=\"{}\"}} {}",
-                skip.name(),
-                c.load(Relaxed)
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP sluice_quota_store_calls_deferred_total Quota-mode store calls put off by --quota-store-rate or --quota-stream-store-rate.\n# TYPE sluice_quota_store_calls_deferred_total counter\nsluice_quota_store_calls_deferred_total {}",
-            self.quota_deferred.load(Relaxed)
-        );
+/// How a per-rule series reads its value from a rule's counters.
+#[derive(Clone, Copy)]
+enum Read {
+    Counter(fn(&RuleStats) -> u64),
+    Count(fn(&RuleStats) -> i64),
+    Rate(fn(&RuleStats) -> f64),
+}
+
+/// The per-rule series: name, help, and how to read it.
+const PER_RULE: [(&str, &str, Read); 5] = [
+    (
+        "sluice_quota_envoys",
+        "Envoys reporting a bucket of the rule to this instance (one per Envoy and bucket).",
+        Read::Count(|s| s.quota_envoys.load(Relaxed)),
+    ),
+    (
+        "sluice_quota_allowed",
+        "Requests Envoys reported allowed under the rule's assignments.",
+        Read::Counter(|s| s.quota_allowed.load(Relaxed)),
+    ),
+    (
+        "sluice_quota_denied",
+        "Requests Envoys reported denied under the rule's assignments.",
+        Read::Counter(|s| s.quota_denied.load(Relaxed)),
+    ),
+    (
+        "sluice_quota_assigned_per_second",
+        "Requests per second assigned to this instance's Envoys under the rule (sum over buckets).",
+        Read::Rate(|s| s.quota_assigned_milli.load(Relaxed) as f64 / 1000.0),
+    ),
+    (
+        "sluice_quota_limit_per_second",
+        "The rule's rate per bucket, requests per second.",
+        Read::Rate(|s| s.quota_limit_milli.load(Relaxed) as f64 / 1000.0),
+    ),
+];
+
+impl Collector for QuotaMetrics {
+    fn encode(&self, mut enc: DescriptorEncoder<'_>) -> encode::Result {
+        encode::gauge(
+            &mut enc,
+            "sluice_quota_streams",
+            "Quota (RLQS) streams open.",
+            self.streams.load(Relaxed),
+        )?;
+        encode::counters(
+            &mut enc,
+            "sluice_quota_reports_skipped",
+            "Bucket usage entries skipped, by reason.",
+            Skip::ALL
+                .iter()
+                .zip(&self.skipped)
+                .map(|(skip, c)| ([("reason", skip.name())], c.load(Relaxed))),
+        )?;
+        encode::counter(
+            &mut enc,
+            "sluice_quota_store_calls_deferred",
+            "Quota-mode store calls put off by --quota-store-rate or --quota-stream-store-rate.",
+            self.deferred.load(Relaxed),
+        )?;
+        // Only the rules Envoys ever reported to this instance.
+        let rules = self.rules.snapshot();
         let seen: Vec<_> = rules
             .iter()
             .filter(|(_, s)| s.quota_limit_milli.load(Relaxed) > 0)
             .collect();
-        type Read = fn(&RuleStats) -> f64;
-        let series: [(&str, &str, &str, Read); 5] = [
-            (
-                "sluice_quota_envoys",
-                "gauge",
-                "Envoys reporting a bucket of the rule to this instance (one per Envoy and bucket).",
-                |s| s.quota_envoys.load(Relaxed) as f64,
-            ),
-            (
-                "sluice_quota_allowed_total",
-                "counter",
-                "Requests Envoys reported allowed under the rule's assignments.",
-                |s| s.quota_allowed.load(Relaxed) as f64,
-            ),
-            (
-                "sluice_quota_denied_total",
-                "counter",
-                "Requests Envoys reported denied under the rule's assignments.",
-                |s| s.quota_denied.load(Relaxed) as f64,
-            ),
-            (
-                "sluice_quota_assigned_per_second",
-                "gauge",
-                "Requests per second assigned to this instance's Envoys under the rule (sum over buckets).",
-                |s| s.quota_assigned_milli.load(Relaxed) as f64 / 1000.0,
-            ),
-            (
-                "sluice_quota_limit_per_second",
-                "gauge",
-                "The rule's rate per bucket, requests per second.",
-                |s| s.quota_limit_milli.load(Relaxed) as f64 / 1000.0,
-            ),
-        ];
-        for (name, kind, help, read) in series {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for ((domain, path), stats) in &seen {
-                let _ = writeln!(
-                    out,
-                    "{name}{{domain=\"{}\",rule=\"{}\"}} {}",
-                    escape(domain),
-                    escape(path),
-                    read(stats)
-                );
-            }
+        for (name, help, read) in PER_RULE {
+            let series = seen.iter().map(|(k, s)| (labels(k), &**s));
+            match read {
+                Read::Counter(f) => {
+                    encode::counters(&mut enc, name, help, series.map(|(l, s)| (l, f(s))))
+                }
+                Read::Count(f) => {
+                    encode::gauges(&mut enc, name, help, series.map(|(l, s)| (l, f(s))))
+                }
+                Read::Rate(f) => {
+                    encode::gauges(&mut enc, name, help, series.map(|(l, s)| (l, f(s))))
+                }
+            }?;
         }
+        Ok(())
     }
 }

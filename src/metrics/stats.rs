@@ -28,6 +28,14 @@ pub struct RuleStats {
 }
 
 impl RuleStats {
+    pub(super) fn mark_detailed(&self) {
+        self.detailed.store(true, Relaxed);
+    }
+
+    pub(super) fn is_detailed(&self) -> bool {
+        self.detailed.load(Relaxed)
+    }
+
     pub fn add(&self, d: &StatDelta) {
         for (counter, n) in [
             (&self.total_hits, d.total_hits),
@@ -56,6 +64,15 @@ pub(super) struct Histogram {
 }
 
 impl Histogram {
+    /// The per-bucket counts (not cumulative), the count and the sum.
+    pub(super) fn read(&self) -> ([u64; BUCKETS.len()], u64, u64) {
+        (
+            std::array::from_fn(|i| self.buckets.get(i).map_or(0, |b| b.load(Relaxed))),
+            self.count.load(Relaxed),
+            self.sum_nanos.load(Relaxed),
+        )
+    }
+
     pub(super) fn observe(&self, d: Duration) {
         let secs = d.as_secs_f64();
         if let Some(bucket) = BUCKETS

@@ -1,0 +1,138 @@
+//! The reference's per-rule counters, by domain and rule path: the table
+//! that hands each compiled rule its counters and keeps them across reloads,
+//! and the families it exports.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+
+use parking_lot::Mutex;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+
+use super::{MetricBounds, RuleKey, RuleStats, encode};
+
+/// Rule counters by domain, then by rule path (two levels, so a lookup
+/// borrows the request's strings instead of allocating a key).
+type RuleMap = BTreeMap<Arc<str>, BTreeMap<Arc<str>, Arc<RuleStats>>>;
+
+#[derive(Debug)]
+pub(super) struct RuleTable {
+    bounds: MetricBounds,
+    map: Mutex<RuleMap>,
+    /// Distinct `detailed_metric` label sets so far (changed under `map`).
+    detailed: AtomicUsize,
+}
+
+impl RuleTable {
+    pub(super) fn new(bounds: MetricBounds) -> RuleTable {
+        RuleTable {
+            bounds,
+            map: Mutex::default(),
+            detailed: AtomicUsize::default(),
+        }
+    }
+
+    pub(super) fn rule(&self, domain: &str, path: &str) -> Arc<RuleStats> {
+        self.map
+            .lock()
+            .entry(domain.into())
+            .or_default()
+            .entry(path.into())
+            .or_default()
+            .clone()
+    }
+
+    pub(super) fn detailed(
+        &self,
+        domain: &str,
+        path: &str,
+        fallback: &Arc<RuleStats>,
+    ) -> Arc<RuleStats> {
+        if path.len() > self.bounds.label_bytes {
+            return fallback.clone();
+        }
+        let mut map = self.map.lock();
+        // Borrowed lookup first: a known label set allocates nothing.
+        if let Some(s) = map.get(domain).and_then(|paths| paths.get(path)) {
+            return s.clone();
+        }
+        if self.detailed.load(Relaxed) >= self.bounds.detailed_sets {
+            return fallback.clone();
+        }
+        self.detailed.fetch_add(1, Relaxed);
+        let stats = map
+            .entry(domain.into())
+            .or_default()
+            .entry(path.into())
+            .or_default()
+            .clone();
+        stats.mark_detailed();
+        stats
+    }
+
+    pub(super) fn prune(&self) {
+        let mut map = self.map.lock();
+        for paths in map.values_mut() {
+            paths.retain(|_, s| Arc::strong_count(s) > 1 || s.is_detailed());
+        }
+        map.retain(|_, paths| !paths.is_empty());
+    }
+
+    /// Copies pointers under the lock and lets go: requests that look up a
+    /// rule's counters never wait for a scrape or a flush.
+    pub(super) fn snapshot(&self) -> Vec<(RuleKey, Arc<RuleStats>)> {
+        self.map
+            .lock()
+            .iter()
+            .flat_map(|(domain, paths)| {
+                paths
+                    .iter()
+                    .map(|(path, v)| ((domain.clone(), path.clone()), v.clone()))
+            })
+            .collect()
+    }
+}
+
+/// The labels of a rule's series.
+pub(super) fn labels(key: &RuleKey) -> [(&'static str, &str); 2] {
+    [("domain", &*key.0), ("rule", &*key.1)]
+}
+
+impl Collector for RuleTable {
+    fn encode(&self, mut enc: DescriptorEncoder<'_>) -> encode::Result {
+        let rules = self.snapshot();
+        for (name, help, get) in RULE_COUNTERS {
+            encode::counters(
+                &mut enc,
+                &format!("sluice_rule_{name}"),
+                help,
+                rules.iter().map(|(k, s)| (labels(k), get(s).load(Relaxed))),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+pub(crate) type Getter = fn(&RuleStats) -> &AtomicU64;
+
+/// Each rule counter: its name, its help text and how to read it.
+pub(crate) const RULE_COUNTERS: [(&str, &str, Getter); 5] = [
+    ("total_hits", "Hits counted against the rule.", |s| {
+        &s.total_hits
+    }),
+    ("over_limit", "Hits over the rule's limit.", |s| {
+        &s.over_limit
+    }),
+    ("near_limit", "Hits above 80% of the limit.", |s| {
+        &s.near_limit
+    }),
+    ("within_limit", "Hits within the limit.", |s| {
+        &s.within_limit
+    }),
+    (
+        "shadow_mode",
+        "Over-limit hits let through by shadow mode.",
+        |s| &s.shadow_mode,
+    ),
+];

@@ -1,0 +1,111 @@
+//! The shared store's families: call latency and failures, the breaker, the
+//! failure policies' decisions, the local cache and the memory counters.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+
+use super::service::gauge_value;
+use super::stats::Histogram;
+use super::{StoreCall, encode};
+
+/// The failure policies, in the order of [`StoreMetrics::policy_decisions`].
+const POLICIES: [&str; 3] = ["fallback", "allow", "deny"];
+
+#[derive(Debug, Default)]
+pub(super) struct StoreMetrics {
+    latency: Histogram,
+    timeouts: AtomicU64,
+    errors: AtomicU64,
+    rejected: AtomicU64,
+    pub(super) trips: AtomicU64,
+    pub(super) counters_live: AtomicU64,
+    pub(super) counter_evictions: AtomicU64,
+    /// Descriptors decided by each failure policy: fallback, allow, deny.
+    policy_decisions: [AtomicU64; POLICIES.len()],
+    pub(super) circuit_open: AtomicU64,
+    pub(super) local_cache_hits: AtomicU64,
+}
+
+impl StoreMetrics {
+    pub(super) fn call(&self, call: StoreCall, took: Duration) {
+        self.latency.observe(took);
+        let c = match call {
+            StoreCall::Ok => return,
+            StoreCall::Timeout => &self.timeouts,
+            StoreCall::Error => &self.errors,
+            StoreCall::Rejected => &self.rejected,
+        };
+        c.fetch_add(1, Relaxed);
+    }
+
+    pub(super) fn policy_decisions(&self, policy: &str, n: u64) {
+        let i = POLICIES.iter().position(|p| *p == policy).unwrap_or(0);
+        if let Some(c) = self.policy_decisions.get(i) {
+            c.fetch_add(n, Relaxed);
+        }
+    }
+}
+
+impl Collector for StoreMetrics {
+    fn encode(&self, mut enc: DescriptorEncoder<'_>) -> encode::Result {
+        encode::histogram(
+            &mut enc,
+            "sluice_store_duration_seconds",
+            "Time of calls to the shared store.",
+            &self.latency,
+        )?;
+        encode::counters(
+            &mut enc,
+            "sluice_store_errors",
+            "Failed calls to the shared store, by kind.",
+            [
+                ("timeout", &self.timeouts),
+                ("error", &self.errors),
+                ("rejected", &self.rejected),
+            ]
+            .map(|(kind, c)| ([("kind", kind)], c.load(Relaxed))),
+        )?;
+        encode::counters(
+            &mut enc,
+            "sluice_store_policy_decisions",
+            "Descriptors decided by a failure policy (--store-failure or a rule's on_store_failure) while the store failed.",
+            POLICIES
+                .iter()
+                .zip(&self.policy_decisions)
+                .map(|(p, c)| ([("policy", *p)], c.load(Relaxed))),
+        )?;
+        encode::gauge(
+            &mut enc,
+            "sluice_store_circuit_open",
+            "1 while the store is considered down and not asked.",
+            gauge_value(self.circuit_open.load(Relaxed)),
+        )?;
+        encode::counter(
+            &mut enc,
+            "sluice_store_local_cache_hits",
+            "Descriptors answered over-limit from the local cache.",
+            self.local_cache_hits.load(Relaxed),
+        )?;
+        encode::counter(
+            &mut enc,
+            "sluice_store_circuit_trips",
+            "Times the store was declared down.",
+            self.trips.load(Relaxed),
+        )?;
+        encode::gauge(
+            &mut enc,
+            "sluice_memory_counters",
+            "Counters held in memory (the memory store or the fallback), at the last sweep.",
+            gauge_value(self.counters_live.load(Relaxed)),
+        )?;
+        encode::counter(
+            &mut enc,
+            "sluice_memory_counter_evictions",
+            "Live counters dropped because --max-counters was reached.",
+            self.counter_evictions.load(Relaxed),
+        )
+    }
+}
