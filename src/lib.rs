@@ -56,6 +56,7 @@ pub(crate) mod quota;
 pub mod reference_env;
 mod refusal;
 pub(crate) mod request;
+pub mod rule_stats;
 pub(crate) mod server;
 pub mod service;
 pub(crate) mod statsd;

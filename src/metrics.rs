@@ -264,6 +264,8 @@ mod store;
 mod top;
 
 pub use crate::limiter::StatDelta;
+use crate::rule_stats::RuleCounters;
+pub use crate::rule_stats::RuleStats;
 pub use bounds::Bound;
 use bounds::BoundCounters;
 use conn::ConnMetrics;
@@ -271,11 +273,16 @@ use quota::QuotaMetrics;
 pub use quota::Skip;
 use rules::RuleTable;
 use service::ServiceMetrics;
-pub use stats::RuleStats;
 use store::StoreMetrics;
 pub use top::{
     MAX_TEXT as TOP_KEY_BYTES, TopKey, TopKeys, WINDOW_SECONDS as TOP_KEYS_WINDOW_SECONDS,
 };
+
+impl RuleCounters for Metrics {
+    fn counters(&self, domain: &str, path: &str) -> Arc<RuleStats> {
+        self.rules.rule(domain, path)
+    }
+}
 
 impl Default for Metrics {
     fn default() -> Self {

@@ -7,14 +7,10 @@ use super::{AppError, Context as _};
 use crate::cli::{BenchArgs, CheckArgs, HealthArgs};
 use crate::config::load_dir;
 use crate::health_probe;
-use crate::metrics::Metrics;
+use crate::rule_stats::Detached;
 
 pub fn check(args: &CheckArgs) -> Result<ExitCode, AppError> {
-    match load_dir(
-        &args.dir,
-        args.config_args.load_options(),
-        &Metrics::default(),
-    ) {
+    match load_dir(&args.dir, args.config_args.load_options(), &Detached) {
         Ok(rules) => {
             for (domain, count) in rules.summary() {
                 println!("{domain}: {count} rules");

@@ -1,12 +1,12 @@
 //! Bucket ids (maps) against rule trees (paths).
 
 use super::super::{LoadOptions, Rules, load_dir};
-use crate::metrics::Metrics;
+use crate::rule_stats::Detached;
 
 fn rules(yaml: &str) -> Rules {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("r.yaml"), yaml).unwrap();
-    load_dir(dir.path(), LoadOptions::default(), &Metrics::default()).unwrap()
+    load_dir(dir.path(), LoadOptions::default(), &Detached).unwrap()
 }
 
 fn found(r: &Rules, entries: &[(&str, &str)]) -> Option<(String, Vec<(String, String)>)> {

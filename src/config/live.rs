@@ -76,7 +76,7 @@ impl LiveRules {
         metrics: Arc<Metrics>,
     ) -> Result<LiveRules, LoadError> {
         let stat = stat_fingerprint(dir, opts.max_files);
-        let rules = load_dir(dir, opts, &metrics).inspect_err(|_| metrics.config_load(Err(())))?;
+        let rules = load_dir(dir, opts, &*metrics).inspect_err(|_| metrics.config_load(Err(())))?;
         metrics.config_load(Ok(1));
         Ok(LiveRules {
             current: ArcSwap::from_pointee(Loaded {
@@ -199,7 +199,7 @@ impl LiveRules {
             stat_fingerprint(&self.dir, self.opts.max_files),
             Ordering::Relaxed,
         );
-        self.install(load_dir(&self.dir, self.opts, &self.metrics), cause)
+        self.install(load_dir(&self.dir, self.opts, &*self.metrics), cause)
     }
 
     /// Swaps in `result`'s rules, or keeps the rules in force and records the

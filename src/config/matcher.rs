@@ -11,7 +11,7 @@ use envoy_types::pb::google::protobuf::Struct;
 
 use super::error::ConfigError;
 use super::model::{DescriptorDef, DomainFile, LimitDef, Origin, RateLimitDef};
-use crate::metrics::{Metrics, RuleStats};
+use crate::rule_stats::{RuleCounters, RuleStats};
 use crate::store::FailurePolicy;
 
 /// A limit a request can hit, with everything a decision and its metrics need.
@@ -219,7 +219,7 @@ fn metric_path<S: AsRef<str>>(rule: &Rule, walked: &[&Node], entries: &[(S, S)])
 pub fn compile(
     files: Vec<(PathBuf, DomainFile)>,
     merge: bool,
-    metrics: &Metrics,
+    counters: &dyn RuleCounters,
 ) -> Result<FastMap<Arc<str>, Domain>, Vec<ConfigError>> {
     let mut errors = Vec::new();
     let mut grouped: Vec<(Arc<str>, Vec<DescriptorDef>)> = Vec::new();
@@ -239,14 +239,14 @@ pub fn compile(
     for (name, descriptors) in grouped {
         let mut c = Compiler {
             domain: name.clone(),
-            metrics,
+            counters,
             errors: &mut errors,
             rules: Vec::new(),
             needs_path: false,
         };
         let root = c.level(&descriptors, &name);
         let (rules, needs_path) = (c.rules, c.needs_path);
-        let override_stats = metrics.rule(&name, "_override");
+        let override_stats = counters.counters(&name, "_override");
         domains.insert(
             name,
             Domain {
@@ -266,7 +266,7 @@ pub fn compile(
 
 struct Compiler<'a> {
     domain: Arc<str>,
-    metrics: &'a Metrics,
+    counters: &'a dyn RuleCounters,
     errors: &'a mut Vec<ConfigError>,
     rules: Vec<Arc<Rule>>,
     needs_path: bool,
@@ -327,7 +327,7 @@ impl Compiler<'_> {
             quota_mode: d.quota_mode,
             detailed_metric: d.detailed_metric,
             metadata: d.metadata.clone(),
-            stats: self.metrics.rule(&self.domain, stats_path),
+            stats: self.counters.counters(&self.domain, stats_path),
             on_failure: rl.on_failure,
             also,
         });

@@ -24,7 +24,7 @@ pub use matcher::{Domain, Match, Rule};
 pub use model::{DescriptorDef, DomainFile, LimitDef, Origin, RateLimitDef, parse_file};
 
 use crate::limiter::{Algorithm, Period};
-use crate::metrics::Metrics;
+use crate::rule_stats::RuleCounters;
 
 pub use walk::stat_fingerprint;
 
@@ -146,7 +146,11 @@ fn shaped(period: Period, requests_per_unit: u32, algorithm: Algorithm) -> Strin
 /// Reads, validates and compiles every `*.yaml`/`*.yml` file under `dir`,
 /// skipping dot-files and dot-directories (Kubernetes' `..data`). Either the
 /// whole directory is valid or every error is returned.
-pub fn load_dir(dir: &Path, opts: LoadOptions, metrics: &Metrics) -> Result<Rules, LoadError> {
+pub fn load_dir(
+    dir: &Path,
+    opts: LoadOptions,
+    counters: &dyn RuleCounters,
+) -> Result<Rules, LoadError> {
     let walk::Found { files, mut errors } = walk::find(dir, opts.max_files)?;
     if files.is_empty() && errors.is_empty() {
         return Err(LoadError::Empty(dir.to_path_buf()));
@@ -166,7 +170,7 @@ pub fn load_dir(dir: &Path, opts: LoadOptions, metrics: &Metrics) -> Result<Rule
     if !errors.is_empty() {
         return Err(LoadError::Invalid(errors));
     }
-    load_texts(texts, opts, metrics)
+    load_texts(texts, opts, counters)
 }
 
 /// Validates and compiles rule files already read: `(path, text)` in the
@@ -175,7 +179,7 @@ pub fn load_dir(dir: &Path, opts: LoadOptions, metrics: &Metrics) -> Result<Rule
 pub fn load_texts(
     texts: Vec<(PathBuf, String)>,
     opts: LoadOptions,
-    metrics: &Metrics,
+    counters: &dyn RuleCounters,
 ) -> Result<Rules, LoadError> {
     let mut parsed = Vec::with_capacity(texts.len());
     let mut errors = Vec::new();
@@ -190,7 +194,7 @@ pub fn load_texts(
     if !errors.is_empty() {
         return Err(LoadError::Invalid(errors));
     }
-    compile_files(parsed, opts, metrics, hasher.finish())
+    compile_files(parsed, opts, counters, hasher.finish())
 }
 
 /// Compiles parsed domain files (from YAML or xDS) into rules;
@@ -198,11 +202,11 @@ pub fn load_texts(
 pub(crate) fn compile_files(
     parsed: Vec<(PathBuf, DomainFile)>,
     opts: LoadOptions,
-    metrics: &Metrics,
+    counters: &dyn RuleCounters,
     fingerprint: u64,
 ) -> Result<Rules, LoadError> {
     let domains =
-        matcher::compile(parsed, opts.merge_domains, metrics).map_err(LoadError::Invalid)?;
+        matcher::compile(parsed, opts.merge_domains, counters).map_err(LoadError::Invalid)?;
     Ok(Rules {
         domains,
         fingerprint,

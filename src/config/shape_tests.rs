@@ -25,7 +25,7 @@ fn load(yaml: &str) -> Rules {
     load_dir(
         dir.path(),
         LoadOptions::default(),
-        &crate::metrics::Metrics::default(),
+        &crate::rule_stats::Detached,
     )
     .unwrap()
 }

@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use super::*;
+use crate::rule_stats::Detached;
 
 fn compile_one(yaml: &str) -> Rules {
     compile_many(&[("rules.yaml", yaml)], false).unwrap_or_else(|e| panic!("{e}"))
@@ -19,7 +20,7 @@ fn compile_many(files: &[(&str, &str)], merge: bool) -> Result<Rules, LoadError>
             merge_domains: merge,
             ..LoadOptions::default()
         },
-        &Metrics::default(),
+        &Detached,
     )
 }
 
@@ -338,21 +339,16 @@ fn dot_files_and_dot_directories_are_skipped() {
     std::fs::write(dir.path().join("notes.txt"), "'''").unwrap();
     std::fs::create_dir(dir.path().join("sub")).unwrap();
     std::fs::write(dir.path().join("sub/api.yml"), TREE).unwrap();
-    let r = load_dir(dir.path(), LoadOptions::default(), &Metrics::default()).unwrap();
+    let r = load_dir(dir.path(), LoadOptions::default(), &Detached).unwrap();
     assert_eq!(r.summary(), [("api".to_owned(), 11)]);
 }
 
 #[test]
 fn empty_and_missing_directories_are_errors() {
     let dir = tempfile::tempdir().unwrap();
-    let e = load_dir(dir.path(), LoadOptions::default(), &Metrics::default()).unwrap_err();
+    let e = load_dir(dir.path(), LoadOptions::default(), &Detached).unwrap_err();
     assert!(matches!(e, LoadError::Empty(_)));
-    let e = load_dir(
-        &dir.path().join("nope"),
-        LoadOptions::default(),
-        &Metrics::default(),
-    )
-    .unwrap_err();
+    let e = load_dir(&dir.path().join("nope"), LoadOptions::default(), &Detached).unwrap_err();
     assert!(matches!(e, LoadError::Directory(..)));
 }
 

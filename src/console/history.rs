@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use serde::Serialize;
 
-use crate::metrics::RuleStats;
+use crate::rule_stats::RuleStats;
 
 /// Seconds of rates kept per rule.
 pub const SAMPLES: usize = 180;

@@ -11,8 +11,8 @@ use envoy_types::pb::google::protobuf::Duration as PbDuration;
 
 use crate::config::{Domain, LimitDef, Match, Rule};
 use crate::limiter::{self, Algorithm, Counted, Now, Period, Tally, Window};
-use crate::metrics::RuleStats;
 use crate::request::{Descriptor, Request};
+use crate::rule_stats::RuleStats;
 use crate::store::{CounterKey, Increment, KeySpace};
 
 use super::headers::Shown;

@@ -1,0 +1,73 @@
+//! The counters one rule counts into: the reference's per-rule counters
+//! (`total_hits`, `over_limit`, ...) and quota mode's. A compiled rule holds
+//! its own; the metrics' rule table hands out the same ones across reloads,
+//! and observation (Prometheus, statsd, the console) reads them from there.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
+
+use crate::limiter::StatDelta;
+
+/// The per-rule counters of the reference (`total_hits`, `over_limit`, ...).
+#[derive(Debug, Default)]
+pub struct RuleStats {
+    pub total_hits: AtomicU64,
+    pub over_limit: AtomicU64,
+    pub near_limit: AtomicU64,
+    pub within_limit: AtomicU64,
+    pub shadow_mode: AtomicU64,
+    /// Quota mode: requests Envoys reported allowed and denied.
+    pub quota_allowed: AtomicU64,
+    pub quota_denied: AtomicU64,
+    /// Quota mode: (Envoy, bucket) pairs reporting the rule to this instance.
+    pub quota_envoys: AtomicI64,
+    /// Quota mode: the rule's rate and the rate assigned to this instance's
+    /// Envoys, in thousandths of a request per second.
+    pub quota_limit_milli: AtomicU64,
+    pub quota_assigned_milli: AtomicI64,
+    /// A `detailed_metric` label set (kept when its rule leaves: bounded by
+    /// `--max-detailed-metrics`), not a configured rule.
+    detailed: AtomicBool,
+}
+
+impl RuleStats {
+    pub(crate) fn mark_detailed(&self) {
+        self.detailed.store(true, Relaxed);
+    }
+
+    pub(crate) fn is_detailed(&self) -> bool {
+        self.detailed.load(Relaxed)
+    }
+
+    pub fn add(&self, d: &StatDelta) {
+        for (counter, n) in [
+            (&self.total_hits, d.total_hits),
+            (&self.over_limit, d.over_limit),
+            (&self.near_limit, d.near_limit),
+            (&self.within_limit, d.within_limit),
+            (&self.shadow_mode, d.shadow_mode),
+        ] {
+            if n > 0 {
+                counter.fetch_add(n, Relaxed);
+            }
+        }
+    }
+}
+
+/// Where compiled rules get their counters, so config compiles without
+/// knowing metrics: the server hands the metrics' rule table (the same
+/// counters across reloads); a load that only checks hands [`Detached`].
+pub trait RuleCounters {
+    /// The counters of the rule at `path` in `domain`.
+    fn counters(&self, domain: &str, path: &str) -> Arc<RuleStats>;
+}
+
+/// Fresh counters for every rule, kept by nothing but the rules.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Detached;
+
+impl RuleCounters for Detached {
+    fn counters(&self, _domain: &str, _path: &str) -> Arc<RuleStats> {
+        Arc::default()
+    }
+}
