@@ -170,8 +170,8 @@ fn loading(c: &mut Criterion) {
 /// over-limit descriptor: a key already held, and a flood of new keys (each
 /// one replaces the smallest of 64 slots and renders its text).
 fn top_keys(c: &mut Criterion) {
+    use sluice::console::TopKeys;
     use sluice::limiter::Unit;
-    use sluice::metrics::TopKeys;
     use sluice::store::CounterKey;
     let mut group = c.benchmark_group("top keys");
     let top = TopKeys::new(64, false);

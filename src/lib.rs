@@ -42,7 +42,7 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub(crate) mod conn;
-pub(crate) mod console;
+pub mod console;
 pub mod fuzzing;
 pub(crate) mod health_probe;
 pub(crate) mod hex;

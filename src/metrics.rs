@@ -27,10 +27,6 @@ pub struct MetricBounds {
     /// Bytes of one `detailed_metric` rule label; a longer one is folded into
     /// the rule's own path (`--max-metric-label-bytes`).
     pub label_bytes: usize,
-    /// Slots of the console's top over-limit keys (`--console-top-keys`).
-    pub top_keys: usize,
-    /// Show client addresses in the top keys (`--console-show-addresses`).
-    pub show_addresses: bool,
 }
 
 impl Default for MetricBounds {
@@ -38,8 +34,6 @@ impl Default for MetricBounds {
         MetricBounds {
             detailed_sets: 10_000,
             label_bytes: 256,
-            top_keys: 64,
-            show_addresses: false,
         }
     }
 }
@@ -73,8 +67,6 @@ pub struct ServiceTotals {
 /// Every metric sluice exports. Cheap to share: clone the `Arc`.
 #[derive(Debug)]
 pub struct Metrics {
-    /// The descriptors most often over their limit lately (the console).
-    pub top_keys: TopKeys,
     rules: Arc<RuleTable>,
     service: Arc<ServiceMetrics>,
     store: Arc<StoreMetrics>,
@@ -122,7 +114,6 @@ impl Metrics {
         registry.register_collector(Box::new(quota.clone()));
         registry.register_collector(Box::new(bounds.clone()));
         Metrics {
-            top_keys: TopKeys::new(limits.top_keys, limits.show_addresses),
             rules,
             service,
             store,
@@ -252,7 +243,6 @@ impl Metrics {
     }
 }
 
-mod address;
 mod bounds;
 mod conn;
 mod encode;
@@ -261,7 +251,6 @@ mod rules;
 mod service;
 mod stats;
 mod store;
-mod top;
 
 pub use crate::limiter::StatDelta;
 use crate::rule_stats::RuleCounters;
@@ -274,9 +263,6 @@ pub use quota::Skip;
 use rules::RuleTable;
 use service::ServiceMetrics;
 use store::StoreMetrics;
-pub use top::{
-    MAX_TEXT as TOP_KEY_BYTES, TopKey, TopKeys, WINDOW_SECONDS as TOP_KEYS_WINDOW_SECONDS,
-};
 
 impl RuleCounters for Metrics {
     fn counters(&self, domain: &str, path: &str) -> Arc<RuleStats> {

@@ -22,7 +22,6 @@ fn detailed_labels_are_bounded_in_count_and_bytes() {
     let m = Metrics::with_limits(MetricBounds {
         detailed_sets: 2,
         label_bytes: 8,
-        ..MetricBounds::default()
     });
     let rule = m.rule("d", "k");
     let a = m.detailed("d", "k_a", &rule);

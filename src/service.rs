@@ -12,6 +12,7 @@ use tonic::Status;
 
 use crate::config::LiveRules;
 use crate::conn::Activity;
+use crate::key::CounterKey;
 use crate::limiter::{self, Tally};
 use crate::metrics::{Metrics, Outcome};
 use crate::privacy::Privacy;
@@ -96,11 +97,27 @@ impl From<ServiceError> for Status {
 }
 
 /// Cheap to clone; shared by the gRPC and admin servers.
+/// What the request path hands an observer beyond the metrics: each
+/// over-limit descriptor (the console's top keys). Observation is told,
+/// never asked.
+pub trait OverLimitWatch: Send + Sync {
+    /// `hits` over-limit answers for `key` under rule `rule`, at Unix second `now`.
+    fn over_limit(&self, key: &CounterKey, rule: &str, hits: u64, now: u64);
+}
+
+/// Watches nothing: the limiter's watch until one is set.
+struct Unwatched;
+
+impl OverLimitWatch for Unwatched {
+    fn over_limit(&self, _: &CounterKey, _: &str, _: u64, _: u64) {}
+}
+
 #[derive(Clone)]
 pub struct RateLimiter {
     rules: Arc<LiveRules>,
     store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
+    watch: Arc<dyn OverLimitWatch>,
     settings: Settings,
     pending: Arc<admission::Pending>,
 }
@@ -117,9 +134,16 @@ impl RateLimiter {
             rules,
             store,
             metrics,
+            watch: Arc::new(Unwatched),
             settings,
             pending,
         }
+    }
+
+    /// The same limiter, telling `watch` of each over-limit descriptor.
+    pub fn watched_by(mut self, watch: Arc<dyn OverLimitWatch>) -> Self {
+        self.watch = watch;
+        self
     }
 
     /// Global shadow mode (`--shadow-mode`).

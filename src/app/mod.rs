@@ -182,7 +182,9 @@ async fn serve_on(
     token: CancellationToken,
 ) -> Result<(), AppError> {
     let store = store::build(&args.store, &metrics)?;
-    let limiter = RateLimiter::new(rules.clone(), store, metrics.clone(), args.settings());
+    let console = Arc::new(args.limits.console());
+    let limiter = RateLimiter::new(rules.clone(), store, metrics.clone(), args.settings())
+        .watched_by(console.clone());
     for (domain, count) in rules.current().rules.summary() {
         info!(domain, rules = count, "domain loaded");
     }
@@ -190,6 +192,7 @@ async fn serve_on(
         warn!("quota mode: {line}; entries may expire while Envoys hold shares");
     }
     let opts = ServeOptions {
+        console,
         grace: args.shutdown_grace,
         watch_config: !args.no_watch,
         max_request_bytes: args.limits.max_request_bytes,

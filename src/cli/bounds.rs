@@ -41,7 +41,7 @@ pub struct BoundArgs {
     pub(crate) max_metric_label_bytes: usize,
     /// Keys the console's top of over-limit descriptors keeps (memory is this
     /// many times two generations times 256 bytes at most); 0 turns it off.
-    #[arg(long, env = "SLUICE_CONSOLE_TOP_KEYS", default_value_t = MetricBounds::default().top_keys)]
+    #[arg(long, env = "SLUICE_CONSOLE_TOP_KEYS", default_value_t = crate::console::TOP_KEYS)]
     pub(crate) console_top_keys: usize,
     /// Show client IP addresses in the console's top keys in clear (masked to
     /// their first half by default).
@@ -176,12 +176,15 @@ impl BoundArgs {
         }
     }
 
+    /// The console's top over-limit keys, under these bounds.
+    pub(crate) fn console(&self) -> crate::console::Console {
+        crate::console::Console::new(self.console_top_keys, self.console_show_addresses)
+    }
+
     pub(crate) fn metric_limits(&self) -> MetricBounds {
         MetricBounds {
             detailed_sets: self.max_detailed_metrics,
             label_bytes: self.max_metric_label_bytes,
-            top_keys: self.console_top_keys,
-            show_addresses: self.console_show_addresses,
         }
     }
 }

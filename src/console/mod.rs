@@ -5,10 +5,15 @@
 //! Nothing here is on the request path. A task samples, once a second, the
 //! per-rule counters the rules already keep (into [`history::Rates`]), the
 //! store's health and the config's generation (into journals of failovers
-//! and loads); the top over-limit keys come from the bounded sketch in
-//! [`crate::metrics::TopKeys`].
+//! and loads). The request path hands it one thing, each over-limit
+//! descriptor (as the limiter's [`OverLimitWatch`]), into the bounded sketch
+//! of the top over-limit keys ([`top::TopKeys`]).
 
+mod address;
 mod history;
+mod top;
+
+pub use top::TopKeys;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,9 +25,13 @@ use tokio_util::sync::CancellationToken;
 use history::{Journal, Rates};
 
 use crate::config::{LimitDef, Rule};
+use crate::key::CounterKey;
 use crate::limiter::Now;
-use crate::metrics::TOP_KEYS_WINDOW_SECONDS;
-use crate::service::RateLimiter;
+use crate::service::{OverLimitWatch, RateLimiter};
+use top::WINDOW_SECONDS as TOP_KEYS_WINDOW_SECONDS;
+
+/// Slots of the top over-limit keys by default (`--console-top-keys`).
+pub(crate) const TOP_KEYS: usize = 64;
 
 /// The page and its assets, compiled into the binary.
 pub const PAGE: &str = include_str!("page.html");
@@ -52,18 +61,33 @@ struct State {
 pub struct Console {
     started: Instant,
     state: Mutex<State>,
+    /// The descriptors most often over their limit lately.
+    top: TopKeys,
 }
 
 impl Default for Console {
     fn default() -> Self {
-        Console {
-            started: Instant::now(),
-            state: Mutex::new(State::default()),
-        }
+        Console::new(TOP_KEYS, false)
+    }
+}
+
+impl OverLimitWatch for Console {
+    fn over_limit(&self, key: &CounterKey, rule: &str, hits: u64, now: u64) {
+        self.top.record(key, rule, hits, now);
     }
 }
 
 impl Console {
+    /// A console whose top keeps `top_keys` slots, addresses masked unless
+    /// `show_addresses`.
+    pub fn new(top_keys: usize, show_addresses: bool) -> Console {
+        Console {
+            started: Instant::now(),
+            state: Mutex::new(State::default()),
+            top: TopKeys::new(top_keys, show_addresses),
+        }
+    }
+
     /// One sample of rates, store health and config.
     pub fn sample(&self, limiter: &RateLimiter, now: u64) {
         let loaded = limiter.rules().current();
@@ -134,9 +158,8 @@ impl Console {
                 json!({"domain": name, "rules": rules})
             })
             .collect();
-        let top: Vec<Value> = limiter
-            .metrics()
-            .top_keys
+        let top: Vec<Value> = self
+            .top
             .top(TOP_SHOWN, now)
             .into_iter()
             .map(|k| json!({"key": k.key, "over_limit": k.over_limit}))

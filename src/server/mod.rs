@@ -93,6 +93,8 @@ pub struct ServeOptions {
     pub xds: Option<XdsConfig>,
     /// Bounds and timings of the quota (RLQS) service.
     pub quota: QuotaOptions,
+    /// The operator's console (the limiter tells it of over-limit keys).
+    pub console: Arc<Console>,
 }
 
 /// Serves until `shutdown` resolves or `token` is cancelled, then drains for
@@ -107,7 +109,7 @@ pub async fn run(
 ) -> Result<(), ServeError> {
     let draining = Arc::new(AtomicBool::new(false));
     let (health, stopper) = health(shutdown, draining.clone(), token.clone()).await;
-    let console = Arc::new(Console::default());
+    let console = opts.console.clone();
     let tasks = tasks::spawn(&limiter, &opts, &console, &token);
     info!(
         grpc_addr = %listeners.grpc.describe()?,

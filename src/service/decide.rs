@@ -141,9 +141,8 @@ impl RateLimiter {
         if s.stats.over_limit > 0 {
             // Only over-limit descriptors reach the console's top.
             let rule = c.rule.map_or("_override", |r| &r.label);
-            self.metrics
-                .top_keys
-                .record(&c.key, rule, s.stats.over_limit, now_ms / 1000);
+            self.watch
+                .over_limit(&c.key, rule, s.stats.over_limit, now_ms / 1000);
         }
         match (&c.metric_path, c.rule) {
             (Some(path), Some(rule)) => self
