@@ -134,7 +134,7 @@ fn shaped(period: Period, requests_per_unit: u32, algorithm: Algorithm) -> Strin
         Period::Seconds(n) => format!("window={n}s"),
     };
     let burst = match algorithm {
-        Algorithm::TokenBucket { burst } => format!(" burst={burst}"),
+        Algorithm::TokenBucket { burst, .. } => format!(" burst={burst}"),
         _ => String::new(),
     };
     format!(

@@ -53,7 +53,7 @@ fn shapes_and_windows_load() {
         LimitDef::Limited {
             requests_per_unit: 30,
             period: Period::Unit(Unit::Minute),
-            algorithm: Algorithm::TokenBucket { burst: 10 },
+            algorithm: Algorithm::token_bucket(30, 60, 10),
         }
     );
     // burst defaults to requests_per_unit.
@@ -64,7 +64,7 @@ fn shapes_and_windows_load() {
         LimitDef::Limited {
             requests_per_unit: 7,
             period: Period::Unit(Unit::Second),
-            algorithm: Algorithm::TokenBucket { burst: 7 },
+            algorithm: Algorithm::token_bucket(7, 1, 7),
         }
     );
     for (w, secs) in [

@@ -151,11 +151,10 @@ fn counted_status(c: &Counted, after: u64, reset: u64, wait: Option<u64>) -> Sta
 
 /// A token bucket: over when the store could not take the hits.
 fn bucket_status(c: &Counted, taken: bool, debt_us: u64) -> Status {
-    let Algorithm::TokenBucket { burst } = c.algorithm else {
+    let Algorithm::TokenBucket { burst, refill } = c.algorithm else {
         // A bucket answer for a rule that is not a bucket: count it as full.
         return counted_status(c, u64::MAX, 1, None);
     };
-    let refill = Refill::new(c.requests_per_unit, c.window.period.seconds(), burst);
     let tokens = refill.tokens(debt_us);
     let near = (burst as f32 * (1.0 - c.near_ratio)).floor() as u64;
     let mut stats = StatDelta {
@@ -201,8 +200,8 @@ pub fn would_exceed(
             let elapsed = now_ms.saturating_sub(window.start.0.saturating_mul(1000));
             sliding_estimate(current.saturating_add(hits), previous, elapsed, window_ms) > limit64
         }
-        (Tally::Bucket { debt_us, .. }, Algorithm::TokenBucket { burst }) => {
-            Refill::new(limit, window.period.seconds(), burst).tokens(debt_us) < hits
+        (Tally::Bucket { debt_us, .. }, Algorithm::TokenBucket { refill, .. }) => {
+            refill.tokens(debt_us) < hits
         }
         (Tally::Bucket { .. }, _) => true,
     }

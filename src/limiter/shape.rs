@@ -26,10 +26,29 @@ pub enum Algorithm {
     TokenBucket {
         /// Capacity in tokens (`burst`, default `requests_per_unit`).
         burst: u32,
+        /// The refill of the rule's rate into the bucket, worked out once
+        /// when the rule compiles (see [`Algorithm::token_bucket`]).
+        refill: Refill,
     },
 }
 
 impl Algorithm {
+    /// A token bucket of `burst` refilled at `rate` tokens per `window_seconds`.
+    pub fn token_bucket(rate: u32, window_seconds: u64, burst: u32) -> Algorithm {
+        Algorithm::TokenBucket {
+            burst,
+            refill: Refill::new(rate, window_seconds, burst),
+        }
+    }
+
+    /// A token bucket's refill; `None` for a window.
+    pub fn refill(self) -> Option<Refill> {
+        match self {
+            Algorithm::TokenBucket { refill, .. } => Some(refill),
+            _ => None,
+        }
+    }
+
     /// The name used in rule files, `/rlconfig` and `sluice check`.
     pub fn name(self) -> &'static str {
         match self {
@@ -80,7 +99,7 @@ impl Tally {
 
     /// What a store that refuses everything reports (`deny`): over by exactly
     /// the hits, so over-limit metrics stay truthful; an empty bucket.
-    pub fn refused(algorithm: Algorithm, limit: u32, hits: u64, refill: Option<Refill>) -> Tally {
+    pub fn refused(algorithm: Algorithm, limit: u32, hits: u64) -> Tally {
         let over = u64::from(limit).saturating_add(hits.max(1));
         match algorithm {
             Algorithm::FixedWindow => Tally::Count(over),
@@ -90,7 +109,7 @@ impl Tally {
             },
             Algorithm::TokenBucket { .. } => Tally::Bucket {
                 taken: false,
-                debt_us: refill.map_or(0, |r| r.tolerance_us),
+                debt_us: algorithm.refill().map_or(0, |r| r.tolerance_us),
             },
         }
     }

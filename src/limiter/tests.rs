@@ -163,7 +163,7 @@ fn a_bucket_in_shadow_mode_reports_but_never_blocks() {
     let c = Counted {
         requests_per_unit: 10,
         window: Window::containing(Unit::Second, NOW),
-        algorithm: Algorithm::TokenBucket { burst: 10 },
+        algorithm: Algorithm::token_bucket(10, 1, 10),
         hits: 1,
         tally: Tally::Bucket {
             taken: false,

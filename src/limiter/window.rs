@@ -159,6 +159,14 @@ pub struct Now(pub u64);
 impl Now {
     /// The wall clock in milliseconds since the epoch (sliding windows weigh
     /// the previous window by it).
+    /// The wall clock, in microseconds: a request's one reading, from which
+    /// its second, its millisecond and its buckets' refill all follow.
+    pub fn wall_us() -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+    }
+
     pub fn wall_ms() -> u64 {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)

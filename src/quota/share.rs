@@ -102,7 +102,7 @@ pub fn bucket(share: f64, limit: u32, period_seconds: u64, algorithm: Algorithm)
     };
     let tokens = whole(f64::from(limit) * fraction);
     let max = match algorithm {
-        Algorithm::TokenBucket { burst } => whole(f64::from(burst) * fraction),
+        Algorithm::TokenBucket { burst, .. } => whole(f64::from(burst) * fraction),
         _ => whole(share.ceil()),
     };
     TokenBucket {

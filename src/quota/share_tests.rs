@@ -64,7 +64,7 @@ fn buckets_round_down_and_never_hit_zero() {
     );
     let tiny = bucket(0.0001, 5, 3600, Algorithm::FixedWindow);
     assert_eq!((tiny.max_tokens, tiny.tokens_per_fill), (1, 1));
-    let tb = bucket(5.0, 10, 1, Algorithm::TokenBucket { burst: 40 });
+    let tb = bucket(5.0, 10, 1, Algorithm::token_bucket(10, 1, 40));
     assert_eq!((tb.max_tokens, tb.tokens_per_fill), (20, 5));
 }
 

@@ -33,8 +33,10 @@ impl RateLimiter {
         req: Request,
         call: &Call<'_>,
     ) -> Result<RateLimitResponse, ServiceError> {
-        let now_ms = Now::wall_ms();
-        let now = Now(now_ms / 1000);
+        // The request's one clock reading: every window, bucket and reset
+        // of its answer follows from it, in the stores too.
+        let at_us = Now::wall_us();
+        let now_ms = at_us / 1000;
         let loaded = self.rules.snapshot();
         let Some(domain) = loaded.rules.domain(&req.domain) else {
             self.metrics.domain_not_found();
@@ -45,7 +47,7 @@ impl RateLimiter {
             });
         };
         let resolved = resolve(domain, &req);
-        let counts = self.counts(&req, &resolved, now, now_ms, call).await?;
+        let counts = self.counts(&req, &resolved, at_us, call).await?;
         let verdicts = self.judge(&req, &resolved, counts, now_ms);
         Ok(self.respond(&req, verdicts))
     }
@@ -56,19 +58,19 @@ impl RateLimiter {
         &self,
         req: &Request,
         resolved: &[(usize, Resolved<'_>)],
-        now: Now,
-        now_ms: u64,
+        at_us: u64,
         call: &Call<'_>,
     ) -> Result<Vec<Tally>, ServiceError> {
         let mut increments: Vec<Increment> = resolved
             .iter()
             .filter_map(|(i, r)| match (r, req.descriptors.get(*i)) {
-                (Resolved::Counted(c), Some(d)) => Some(c.increment(d.hits, now)),
+                (Resolved::Counted(c), Some(d)) => Some(c.increment(d.hits, at_us)),
                 _ => None,
             })
             .collect();
         if self.settings.knobs.stop_when_over && increments.len() > 1 {
-            self.spare_the_others(&mut increments, now_ms, call).await?;
+            self.spare_the_others(&mut increments, at_us / 1000, call)
+                .await?;
         }
         if increments.is_empty() {
             return Ok(Vec::new());

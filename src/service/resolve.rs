@@ -59,12 +59,14 @@ pub(super) enum Resolved<'a> {
 }
 
 impl Counting<'_> {
-    pub(super) fn increment(&self, hits: u64, now: Now) -> Increment {
+    /// What to count for `hits` at the request's clock reading `at_us`.
+    pub(super) fn increment(&self, hits: u64, at_us: u64) -> Increment {
         Increment {
             key: self.key.clone(),
             hits,
+            at_us,
             limit: self.requests_per_unit,
-            window: Window::containing(self.period, now),
+            window: Window::containing(self.period, Now(at_us / 1_000_000)),
             algorithm: self.algorithm,
             on_failure: self.rule.and_then(|r| r.on_failure),
         }

@@ -116,6 +116,7 @@ mod tests {
         Increment {
             key: CounterKey::new("d", Unit::Minute, [("k", v)]),
             hits: 1,
+            at_us: now * 1_000_000,
             limit,
             window: Window::containing(Unit::Minute, Now(now)),
             algorithm: Algorithm::FixedWindow,

@@ -30,7 +30,7 @@ use tokio::net::TcpStream;
 
 use super::pool::Pooled;
 use super::{BoxFuture, Increment, StoreError};
-use crate::limiter::{Algorithm, Now, Refill, Tally};
+use crate::limiter::{Algorithm, Tally};
 
 /// Where memcached is.
 #[derive(Debug, Clone)]
@@ -291,10 +291,9 @@ impl MemcacheStore {
                     previous: previous.map_or(0, |f| f.value),
                 })
             }
-            Algorithm::TokenBucket { burst } => {
-                let refill = Refill::new(inc.limit, window.period.seconds(), burst);
+            Algorithm::TokenBucket { refill, .. } => {
                 for _ in 0..CAS_TRIES {
-                    let now_us = Now::wall_ms().saturating_mul(1000);
+                    let now_us = inc.at_us;
                     let found = conn.gets(&key).await?;
                     let (tat, tally) =
                         refill.take(found.as_ref().map_or(0, |f| f.value), now_us, inc.hits);

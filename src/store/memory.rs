@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use super::demand::{DemandTables, DemandUpdate, Fleet};
 use super::{BoxFuture, CounterStats, Increment, Store, StoreError, StoreHealth};
 use crate::limiter::Now;
-use crate::limiter::{Algorithm, Refill, Tally};
+use crate::limiter::{Algorithm, Tally};
 
 const SHARDS: usize = 64;
 /// Counters looked at to choose one to drop when a shard is full.
@@ -176,24 +176,14 @@ impl MemoryStore {
         }
     }
 
-    /// Adds to every counter of the batch, synchronously, at the wall clock.
-    pub fn increment_now<'a>(&self, batch: impl IntoIterator<Item = &'a Increment>) -> Vec<Tally> {
-        let now_us = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
-        self.increment_at(batch, now_us)
-    }
-
-    /// Adds to every counter of the batch at `now_us` (token buckets refill
-    /// by it; windows come with the increments).
-    pub fn increment_at<'a>(
-        &self,
-        batch: impl IntoIterator<Item = &'a Increment>,
-        now_us: u64,
-    ) -> Vec<Tally> {
+    /// Adds to every counter of the batch, synchronously, each at its
+    /// request's clock reading (token buckets refill by it; windows come
+    /// with the increments).
+    pub fn count<'a>(&self, batch: impl IntoIterator<Item = &'a Increment>) -> Vec<Tally> {
         batch
             .into_iter()
             .map(|inc| {
+                let now_us = inc.at_us;
                 let bytes = inc.key.as_bytes();
                 let high = self.hashers[0].hash_one(bytes);
                 let id = Id(high, self.hashers[1].hash_one(bytes));
@@ -271,8 +261,7 @@ fn apply(slot: &mut Slot, inc: &Increment, now_us: u64) -> Tally {
                 previous: u64::from(slot.previous),
             }
         }
-        Algorithm::TokenBucket { burst } => {
-            let refill = Refill::new(inc.limit, inc.window.period.seconds(), burst);
+        Algorithm::TokenBucket { refill, .. } => {
             let tat = if slot.start == BUCKET { slot.count } else { 0 };
             let (tat, tally) = refill.take(tat, now_us, inc.hits);
             slot.start = BUCKET;
@@ -289,7 +278,7 @@ impl Store for MemoryStore {
         &'a self,
         batch: &'a [Increment],
     ) -> BoxFuture<'a, Result<Vec<Tally>, StoreError>> {
-        let counts = self.increment_now(batch.iter());
+        let counts = self.count(batch.iter());
         Box::pin(std::future::ready(Ok(counts)))
     }
 

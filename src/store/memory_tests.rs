@@ -11,10 +11,19 @@ fn inc(v: &str, now: u64) -> Increment {
     Increment {
         key: CounterKey::new("d", Unit::Minute, [("k", v)]),
         hits: 1,
+        at_us: now * 1_000_000,
         limit: 100,
         window: Window::containing(Unit::Minute, Now(now)),
         algorithm: Algorithm::FixedWindow,
         on_failure: None,
+    }
+}
+
+/// `i` at the clock reading `us`.
+fn at_us(i: &Increment, us: u64) -> Increment {
+    Increment {
+        at_us: us,
+        ..i.clone()
     }
 }
 
@@ -32,14 +41,14 @@ fn bounded_and_a_flood_of_new_keys_does_not_reset_a_busy_counter() {
     let s = MemoryStore::with_capacity(SHARDS * 8);
     // A client that spent 30 of its 100 hits, then a flood of one-hit keys.
     for _ in 0..30 {
-        s.increment_now(&[inc("victim", 60)]);
+        s.count(&[inc("victim", 60)]);
     }
     for i in 0..100_000 {
-        s.increment_now(&[inc(&format!("flood{i}"), 60)]);
+        s.count(&[inc(&format!("flood{i}"), 60)]);
     }
     assert!(s.sweep(Now(60)) <= SHARDS * 8);
     assert!(s.stats().evictions >= 100_000 - (SHARDS * 8) as u64);
-    assert_eq!(counts(s.increment_now(&[inc("victim", 61)])), [31], "kept");
+    assert_eq!(counts(s.count(&[inc("victim", 61)])), [31], "kept");
 }
 
 #[test]
@@ -50,28 +59,28 @@ fn over_limit_counters_outlive_busy_ones_when_full() {
         ..inc(v, 60)
     };
     for _ in 0..5 {
-        s.increment_now(&[over("blocked")]);
+        s.count(&[over("blocked")]);
     }
     // Every other counter has more hits, but none is over its limit.
     for i in 0..2_000 {
         for _ in 0..10 {
-            s.increment_now(&[inc(&format!("busy{i}"), 60)]);
+            s.count(&[inc(&format!("busy{i}"), 60)]);
         }
     }
-    assert_eq!(counts(s.increment_now(&[over("blocked")])), [6]);
+    assert_eq!(counts(s.count(&[over("blocked")])), [6]);
 }
 
 #[test]
 fn ended_windows_make_room_before_anything_live_goes() {
     let s = MemoryStore::with_capacity(SHARDS);
     for i in 0..500 {
-        s.increment_now(&[inc(&format!("old{i}"), 60)]);
+        s.count(&[inc(&format!("old{i}"), 60)]);
     }
     let before = s.stats().evictions;
     for _ in 0..3 {
-        s.increment_now(&[inc("new", 120)]);
+        s.count(&[inc("new", 120)]);
     }
-    assert_eq!(counts(s.increment_now(&[inc("new", 121)])), [4]);
+    assert_eq!(counts(s.count(&[inc("new", 121)])), [4]);
     assert_eq!(s.stats().evictions, before, "an ended window went instead");
 }
 
@@ -79,10 +88,10 @@ fn ended_windows_make_room_before_anything_live_goes() {
 fn counts_per_key_and_restarts_each_window() {
     let s = MemoryStore::default();
     assert_eq!(
-        counts(s.increment_now(&[inc("a", 60), inc("a", 61), inc("b", 61)])),
+        counts(s.count(&[inc("a", 60), inc("a", 61), inc("b", 61)])),
         [1, 2, 1]
     );
-    assert_eq!(counts(s.increment_now(&[inc("a", 120)])), [1]);
+    assert_eq!(counts(s.count(&[inc("a", 120)])), [1]);
 }
 
 fn shaped(v: &str, algorithm: Algorithm, now: u64) -> Increment {
@@ -94,6 +103,7 @@ fn shaped(v: &str, algorithm: Algorithm, now: u64) -> Increment {
             [("k", v)],
         ),
         hits: 1,
+        at_us: now * 1_000_000,
         limit: 5,
         window: Window::containing(period, Now(now)),
         algorithm,
@@ -106,10 +116,10 @@ fn a_sliding_window_carries_the_previous_window_once() {
     let s = MemoryStore::default();
     let at = |now| shaped("a", Algorithm::SlidingWindow, now);
     for _ in 0..3 {
-        s.increment_at(&[at(100)], 0);
+        s.count(&[at(100)]);
     }
     assert_eq!(
-        s.increment_at(&[at(111)], 0),
+        s.count(&[at(111)]),
         [Tally::Sliding {
             current: 1,
             previous: 3
@@ -117,7 +127,7 @@ fn a_sliding_window_carries_the_previous_window_once() {
     );
     // Two windows on, nothing carries.
     assert_eq!(
-        s.increment_at(&[at(135)], 0),
+        s.count(&[at(135)]),
         [Tally::Sliding {
             current: 1,
             previous: 0
@@ -131,12 +141,12 @@ fn a_sliding_window_carries_the_previous_window_once() {
 #[test]
 fn a_token_bucket_is_exact_and_refills() {
     let s = MemoryStore::default();
-    let b = shaped("b", Algorithm::TokenBucket { burst: 5 }, 100);
+    let b = shaped("b", Algorithm::token_bucket(5, 10, 5), 100);
     let t0 = 100_000_000;
     let taken = (0..20)
         .filter(|_| {
             matches!(
-                s.increment_at(std::slice::from_ref(&b), t0)[0],
+                s.count(&[at_us(&b, t0)])[0],
                 Tally::Bucket { taken: true, .. }
             )
         })
@@ -144,11 +154,11 @@ fn a_token_bucket_is_exact_and_refills() {
     assert_eq!(taken, 5, "burst 5, nothing refilled yet");
     // 5 per 10 s: one token every 2 s.
     assert!(matches!(
-        s.increment_at(std::slice::from_ref(&b), t0 + 1_999_999)[0],
+        s.count(&[at_us(&b, t0 + 1_999_999)])[0],
         Tally::Bucket { taken: false, .. }
     ));
     assert!(matches!(
-        s.increment_at(std::slice::from_ref(&b), t0 + 2_000_000)[0],
+        s.count(&[at_us(&b, t0 + 2_000_000)])[0],
         Tally::Bucket { taken: true, .. }
     ));
     // A full bucket is the same as none: swept once full.
@@ -158,7 +168,7 @@ fn a_token_bucket_is_exact_and_refills() {
 #[test]
 fn sweep_frees_ended_windows() {
     let s = MemoryStore::default();
-    s.increment_now(&[inc("a", 60), inc("b", 60)]);
+    s.count(&[inc("a", 60), inc("b", 60)]);
     assert_eq!(s.sweep(Now(119)), 2);
     assert_eq!(s.sweep(Now(120)), 0);
     assert!(s.is_empty());
@@ -172,7 +182,7 @@ fn exact_under_concurrency() {
             let s = s.clone();
             std::thread::spawn(move || {
                 (0..1000)
-                    .filter(|_| counts(s.increment_now(&[inc("hot", 60)]))[0] <= 100)
+                    .filter(|_| counts(s.count(&[inc("hot", 60)]))[0] <= 100)
                     .count()
             })
         })
@@ -215,12 +225,13 @@ mod sliding_worst_case {
                 let inc = Increment {
                     key: key.clone(),
                     hits: 1,
+                    at_us: now_ms * 1000,
                     limit,
                     window,
                     algorithm: Algorithm::SlidingWindow,
                     on_failure: None,
                 };
-                let tally = s.increment_at(std::slice::from_ref(&inc), 0)[0];
+                let tally = s.count(std::slice::from_ref(&inc))[0];
                 let st = status(
                     &Counted {
                         requests_per_unit: limit,

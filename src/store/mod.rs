@@ -36,6 +36,10 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub struct Increment {
     pub key: CounterKey,
     pub hits: u64,
+    /// The request's one clock reading, in microseconds since the epoch:
+    /// `window` holds it, and a token bucket refills by it. Stores never
+    /// read the clock for a count.
+    pub at_us: u64,
     /// The limit the count will be held against (for the over-limit cache),
     /// and a token bucket's refill rate per window.
     pub limit: u32,

@@ -3,7 +3,7 @@
 //! because it is too busy to ask the store in time.
 
 use super::{Increment, StoreError};
-use crate::limiter::{Algorithm, Refill, Tally};
+use crate::limiter::Tally;
 
 /// What decides a request the shared store could not count (`--store-failure`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -48,13 +48,7 @@ impl FailurePolicy {
 
 /// The tally that refuses `i` (a deny policy).
 pub(crate) fn refused(i: &Increment) -> Tally {
-    let refill = match i.algorithm {
-        Algorithm::TokenBucket { burst } => {
-            Some(Refill::new(i.limit, i.window.period.seconds(), burst))
-        }
-        _ => None,
-    };
-    Tally::refused(i.algorithm, i.limit, i.hits, refill)
+    Tally::refused(i.algorithm, i.limit, i.hits)
 }
 
 /// Tallies for a request sluice sheds (too busy to ask the store in time):

@@ -186,10 +186,9 @@ impl RedisStore {
             .live
             .load_full()
             .ok_or_else(|| StoreError::Unavailable("not connected".into()))?;
-        let now = Now::wall();
         let ops: Vec<Op> = batch
             .iter()
-            .map(|i| Op::new(i, self.keys(i), now))
+            .map(|i| Op::new(i, self.keys(i), Now(i.at_us / 1_000_000)))
             .collect();
         match &*live {
             Live::Single(batcher, _) => batcher.increment(ops).await,

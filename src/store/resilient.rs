@@ -299,7 +299,7 @@ impl Resilient {
             self.metrics
                 .policy_decisions(self.policy.name(), ask.len() as u64);
             if self.policy == FailurePolicy::Fallback {
-                return self.fallback.increment_now(ask.iter().copied());
+                return self.fallback.count(ask.iter().copied());
             }
         }
         ask.iter()
@@ -309,7 +309,7 @@ impl Resilient {
                 match policy {
                     FailurePolicy::Fallback => self
                         .fallback
-                        .increment_now(std::iter::once(*i))
+                        .count(std::iter::once(*i))
                         .pop()
                         .unwrap_or(Tally::Count(u64::MAX)),
                     FailurePolicy::Allow => Tally::admitted(i.algorithm),

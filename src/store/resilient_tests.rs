@@ -96,6 +96,7 @@ fn inc(v: &str) -> Increment {
     Increment {
         key: CounterKey::new("d", Unit::Hour, [("k", v)]),
         hits: 1,
+        at_us: 3600 * 1_000_000,
         limit: 2,
         window: Window::containing(Unit::Hour, Now(3600)),
         algorithm: crate::limiter::Algorithm::FixedWindow,

@@ -18,7 +18,7 @@
 //! call and is the store's.
 
 use super::{Increment, StoreError};
-use crate::limiter::{Algorithm, Now, Refill, Tally};
+use crate::limiter::{Algorithm, Now, Tally};
 
 pub(super) const SCRIPT: &str = r"
 local out = {}
@@ -116,10 +116,7 @@ impl Op {
             Algorithm::FixedWindow => (0, 0, until_end + slack),
             // This window's count is read through the whole next window.
             Algorithm::SlidingWindow => (0, 0, until_end + inc.window.period.seconds() + slack),
-            Algorithm::TokenBucket { burst } => {
-                let r = Refill::new(inc.limit, inc.window.period.seconds(), burst);
-                (r.interval_us, r.tolerance_us, slack)
-            }
+            Algorithm::TokenBucket { refill: r, .. } => (r.interval_us, r.tolerance_us, slack),
         };
         Op {
             keys,

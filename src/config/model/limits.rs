@@ -55,7 +55,8 @@ impl Parser<'_> {
             LimitDef::Unlimited
         } else {
             let period = self.period(node, path, &f)?;
-            let algorithm = self.algorithm(path, f.algorithm, f.burst, f.requests_per_unit)?;
+            let algorithm =
+                self.algorithm(path, f.algorithm, f.burst, f.requests_per_unit, period)?;
             LimitDef::Limited {
                 requests_per_unit: f.requests_per_unit,
                 period,
@@ -219,13 +220,14 @@ impl Parser<'_> {
         algorithm: Option<(String, &Node)>,
         burst: Option<(u32, &Node)>,
         rpu: u32,
+        period: Period,
     ) -> Option<Algorithm> {
         let algo = match algorithm.as_ref().map(|(a, v)| (a.as_str(), v)) {
             None | Some(("fixed_window", _)) => Algorithm::FixedWindow,
             Some(("sliding_window", _)) => Algorithm::SlidingWindow,
-            Some(("token_bucket", _)) => Algorithm::TokenBucket {
-                burst: burst.map_or(rpu, |(b, _)| b),
-            },
+            Some(("token_bucket", _)) => {
+                Algorithm::token_bucket(rpu, period.seconds(), burst.map_or(rpu, |(b, _)| b))
+            }
             Some((other, v)) => {
                 let msg = format!(
                     "unknown algorithm '{other}': fixed_window, sliding_window or token_bucket"
