@@ -5,7 +5,7 @@
 mod shape;
 mod window;
 
-pub use shape::{Algorithm, Refill, Tally, sliding_estimate, sliding_wait_seconds};
+pub use shape::{Algorithm, Decision, Refill, Tally, sliding_estimate, sliding_wait_seconds};
 pub use window::{MAX_WINDOW_SECONDS, Now, Period, Unit, Window, WindowStart};
 
 /// What one decision adds to a rule's counters.
@@ -105,6 +105,11 @@ pub fn status(c: &Counted, now: Now) -> Status {
             counted_status(c, after, c.window.seconds_until_reset(now), Some(wait))
         }
         Tally::Bucket { taken, debt_us } => bucket_status(c, taken, debt_us),
+        // Decided where the store failed; its status reads like a count.
+        Tally::Decided(v) => {
+            let tally = v.as_counted(c.algorithm, c.requests_per_unit, c.hits);
+            status(&Counted { tally, ..*c }, now)
+        }
     }
 }
 
@@ -204,6 +209,7 @@ pub fn would_exceed(
             refill.tokens(debt_us) < hits
         }
         (Tally::Bucket { .. }, _) => true,
+        (Tally::Decided(v), _) => v == Decision::Refuse,
     }
 }
 

@@ -79,37 +79,35 @@ pub enum Tally {
     /// Token bucket: whether the hits were taken, and how far the bucket is
     /// from full afterwards, in microseconds of refill.
     Bucket { taken: bool, debt_us: u64 },
+    /// The store did not count: a failure policy decided instead.
+    Decided(Decision),
 }
 
-impl Tally {
-    /// What a store that admits everything reports (`--store-failure allow`).
-    pub fn admitted(algorithm: Algorithm) -> Tally {
-        match algorithm {
-            Algorithm::FixedWindow => Tally::Count(0),
-            Algorithm::SlidingWindow => Tally::Sliding {
-                current: 0,
-                previous: 0,
-            },
-            Algorithm::TokenBucket { .. } => Tally::Bucket {
-                taken: true,
-                debt_us: 0,
-            },
-        }
-    }
+/// What a failure policy decided for a counter the store could not count
+/// (`--store-failure`, a rule's `on_store_failure`), or for a count that
+/// never came back (refused: a missing count must never admit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Admit,
+    Refuse,
+}
 
-    /// What a store that refuses everything reports (`deny`): over by exactly
-    /// the hits, so over-limit metrics stay truthful; an empty bucket.
-    pub fn refused(algorithm: Algorithm, limit: u32, hits: u64) -> Tally {
+impl Decision {
+    /// The counter this verdict reads as, for the status and its metrics:
+    /// admitted as an empty counter; refused as one over by exactly the
+    /// hits (so over-limit metrics stay truthful) or an empty bucket.
+    pub(super) fn as_counted(self, algorithm: Algorithm, limit: u32, hits: u64) -> Tally {
         let over = u64::from(limit).saturating_add(hits.max(1));
+        let admit = self == Decision::Admit;
         match algorithm {
-            Algorithm::FixedWindow => Tally::Count(over),
+            Algorithm::FixedWindow => Tally::Count(if admit { 0 } else { over }),
             Algorithm::SlidingWindow => Tally::Sliding {
-                current: over,
+                current: if admit { 0 } else { over },
                 previous: 0,
             },
-            Algorithm::TokenBucket { .. } => Tally::Bucket {
-                taken: false,
-                debt_us: algorithm.refill().map_or(0, |r| r.tolerance_us),
+            Algorithm::TokenBucket { refill, .. } => Tally::Bucket {
+                taken: admit,
+                debt_us: if admit { 0 } else { refill.tolerance_us },
             },
         }
     }

@@ -192,3 +192,45 @@ fn check_only_never_takes_a_token() {
     assert_eq!(after, tat);
     assert!(matches!(t, Tally::Bucket { taken: true, .. }));
 }
+
+#[test]
+fn a_policys_decision_reads_as_a_verdict_on_every_shape() {
+    for algorithm in [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::token_bucket(10, 60, 10),
+    ] {
+        let decided = |d| Counted {
+            algorithm,
+            tally: Tally::Decided(d),
+            ..counted(10, 3, 0)
+        };
+        let refused = status(&decided(Decision::Refuse), NOW);
+        assert!(refused.over, "{algorithm:?}");
+        assert_eq!(refused.remaining, 0, "{algorithm:?}");
+        // Over by exactly the request's hits: the metrics stay truthful.
+        assert_eq!(refused.stats.over_limit, 3, "{algorithm:?}");
+        assert_eq!(refused.stats.within_limit, 0, "{algorithm:?}");
+        let admitted = status(&decided(Decision::Admit), NOW);
+        assert!(!admitted.over, "{algorithm:?}");
+        assert_eq!(admitted.remaining, 10, "{algorithm:?}");
+        assert_eq!(admitted.stats.within_limit, 3, "{algorithm:?}");
+        let shadowed = status(
+            &Counted {
+                shadow: true,
+                ..decided(Decision::Refuse)
+            },
+            NOW,
+        );
+        assert!(
+            !shadowed.over && shadowed.stats.shadow_mode == 3,
+            "{algorithm:?}"
+        );
+    }
+    let window = Window::containing(Unit::Minute, NOW);
+    let refuse = Tally::Decided(Decision::Refuse);
+    let admit = Tally::Decided(Decision::Admit);
+    let fixed = Algorithm::FixedWindow;
+    assert!(would_exceed(10, 0, &fixed, &window, &refuse, 0));
+    assert!(!would_exceed(10, 5, &fixed, &window, &admit, 0));
+}

@@ -11,7 +11,7 @@ use super::headers::{self, Shown};
 use super::metadata;
 use super::resolve::{Counting, Resolved, resolve};
 use super::{Call, RateLimiter, ResponseHeaders, ServiceError, ok_status};
-use crate::limiter::{self, Now, Tally};
+use crate::limiter::{self, Decision, Now, Tally};
 use crate::request::Request;
 use crate::store::{Increment, expect_counts};
 
@@ -116,7 +116,7 @@ impl RateLimiter {
                     }
                     Resolved::Counted(c) => c,
                 };
-                let tally = counts.next().unwrap_or(Tally::Count(u64::MAX));
+                let tally = counts.next().unwrap_or(Tally::Decided(Decision::Refuse));
                 let (s, status) = self.judge_limit(c, d.hits, tally, now_ms, &mut v);
                 if tightest.as_ref().is_none_or(|(t, _)| s.tighter_than(t)) {
                     tightest = Some((s, status));

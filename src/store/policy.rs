@@ -3,7 +3,7 @@
 //! because it is too busy to ask the store in time.
 
 use super::{Increment, StoreError};
-use crate::limiter::Tally;
+use crate::limiter::{Decision, Tally};
 
 /// What decides a request the shared store could not count (`--store-failure`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -46,11 +46,6 @@ impl FailurePolicy {
     }
 }
 
-/// The tally that refuses `i` (a deny policy).
-pub(crate) fn refused(i: &Increment) -> Tally {
-    Tally::refused(i.algorithm, i.limit, i.hits)
-}
-
 /// Tallies for a request sluice sheds (too busy to ask the store in time):
 /// a rule's own `on_store_failure` of deny or allow decides it, so deny
 /// routes stay closed; otherwise the request gets no decision
@@ -67,12 +62,12 @@ pub fn shed<'a>(
         .map(|i| match i.on_failure {
             Some(FailurePolicy::Deny) => {
                 denied = true;
-                refused(i)
+                Tally::Decided(Decision::Refuse)
             }
-            Some(FailurePolicy::Allow) => Tally::admitted(i.algorithm),
+            Some(FailurePolicy::Allow) => Tally::Decided(Decision::Admit),
             _ => {
                 undecided = true;
-                Tally::admitted(i.algorithm)
+                Tally::Decided(Decision::Admit)
             }
         })
         .collect();

@@ -34,7 +34,7 @@ use super::script::{Op, SCRIPT, decode};
 pub use super::sentinel::Sentinel;
 use super::{Increment, StoreError};
 use crate::limiter::Now;
-use crate::limiter::{Algorithm, Tally};
+use crate::limiter::{Algorithm, Decision, Tally};
 
 /// Settings of the Redis store.
 #[derive(Debug, Clone)]
@@ -208,7 +208,7 @@ impl RedisStore {
                     async move { self.run(&mut conn, ops, idx).await }
                 }))
                 .await?;
-                let mut tallies = vec![Tally::Count(u64::MAX); batch.len()];
+                let mut tallies = vec![Tally::Decided(Decision::Refuse); batch.len()];
                 for ((_, idx), group) in groups.iter().zip(results) {
                     for (i, tally) in idx.iter().zip(group) {
                         if let Some(t) = tallies.get_mut(*i) {

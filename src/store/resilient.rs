@@ -22,7 +22,7 @@ use super::{
     BoxFuture, CounterStats, FailurePolicy, Increment, MemoryStore, OverLimitCache, Store,
     StoreError, StoreHealth, expect_counts,
 };
-use crate::limiter::{Now, Tally};
+use crate::limiter::{Decision, Now, Tally};
 use crate::metrics::{Metrics, StoreCall};
 
 /// The shared store behind the safety net (Redis, or a fake in tests).
@@ -178,7 +178,10 @@ impl Resilient {
         let mut got = got.into_iter();
         Ok(cached
             .into_iter()
-            .map(|c| c.or_else(|| got.next()).unwrap_or(Tally::Count(u64::MAX)))
+            .map(|c| {
+                c.or_else(|| got.next())
+                    .unwrap_or(Tally::Decided(Decision::Refuse))
+            })
             .collect())
     }
 
@@ -311,9 +314,9 @@ impl Resilient {
                         .fallback
                         .count(std::iter::once(*i))
                         .pop()
-                        .unwrap_or(Tally::Count(u64::MAX)),
-                    FailurePolicy::Allow => Tally::admitted(i.algorithm),
-                    FailurePolicy::Deny => super::policy::refused(i),
+                        .unwrap_or(Tally::Decided(Decision::Refuse)),
+                    FailurePolicy::Allow => Tally::Decided(Decision::Admit),
+                    FailurePolicy::Deny => Tally::Decided(Decision::Refuse),
                 }
             })
             .collect()
