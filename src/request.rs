@@ -24,8 +24,10 @@ pub struct Descriptor {
     pub limit: Option<Override>,
     /// The per-descriptor `hits_addend`, when present.
     pub hits_addend: Option<u64>,
-    /// What this descriptor adds to its counter.
+    /// What this descriptor adds to its counter, or gives back (`refund`).
     pub hits: u64,
+    /// `is_negative_hits`: the hits are given back, not spent.
+    pub refund: bool,
 }
 
 /// Envoy's per-descriptor `limit` override.
@@ -289,18 +291,12 @@ fn descriptor(
         })
         .collect::<Result<_, _>>()?;
     let hits_addend = d.hits_addend.map(|h| h.value);
-    // Refunds (`is_negative_hits`) are not supported: such a descriptor is
-    // checked without consuming anything.
-    let hits = if d.is_negative_hits {
-        0
-    } else {
-        hits(request_hits, hits_addend)
-    };
     Ok(Descriptor {
         entries,
         limit,
         hits_addend,
-        hits,
+        hits: hits(request_hits, hits_addend),
+        refund: d.is_negative_hits,
     })
 }
 

@@ -16,6 +16,8 @@ pub struct RuleStats {
     pub near_limit: AtomicU64,
     pub within_limit: AtomicU64,
     pub shadow_mode: AtomicU64,
+    /// Hits given back by refunds (`is_negative_hits`).
+    pub refunded: AtomicU64,
     /// Quota mode: requests Envoys reported allowed and denied.
     pub quota_allowed: AtomicU64,
     pub quota_denied: AtomicU64,
@@ -46,6 +48,7 @@ impl RuleStats {
             (&self.near_limit, d.near_limit),
             (&self.within_limit, d.within_limit),
             (&self.shadow_mode, d.shadow_mode),
+            (&self.refunded, d.refunded),
         ] {
             if n > 0 {
                 counter.fetch_add(n, Relaxed);

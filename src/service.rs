@@ -240,6 +240,7 @@ impl RateLimiter {
             .iter()
             .map(|i| Increment {
                 hits: 0,
+                refund: false,
                 ..i.clone()
             })
             .collect();
@@ -250,19 +251,21 @@ impl RateLimiter {
             .iter()
             .zip(&seen)
             .map(|(inc, tally)| {
-                limiter::would_exceed(
-                    inc.limit,
-                    inc.hits,
-                    &inc.algorithm,
-                    &inc.window,
-                    tally,
-                    now_ms,
-                )
+                // A refund is never over, and is always given back.
+                !inc.refund
+                    && limiter::would_exceed(
+                        inc.limit,
+                        inc.hits,
+                        &inc.algorithm,
+                        &inc.window,
+                        tally,
+                        now_ms,
+                    )
             })
             .collect();
         if over.iter().any(|o| *o) {
             for (inc, o) in increments.iter_mut().zip(over) {
-                if !o {
+                if !o && !inc.refund {
                     inc.hits = 0;
                 }
             }

@@ -46,6 +46,7 @@ async fn a_short_answer_from_any_store_is_an_error_not_an_admit() {
             limit: None,
             hits_addend: None,
             hits: 1,
+            refund: false,
         }],
         hits_addend: 0,
     };

@@ -33,6 +33,8 @@ pub struct Rule {
     pub stats: Arc<RuleStats>,
     /// This rule's `on_store_failure`.
     pub on_failure: Option<FailurePolicy>,
+    /// `refundable`: its counters may be given back, so never cached.
+    pub refundable: bool,
     /// The other limits of a `rate_limits` list, counted with this one.
     pub also: Box<[Arc<Rule>]>,
 }
@@ -329,6 +331,7 @@ impl Compiler<'_> {
             metadata: d.metadata.clone(),
             stats: self.counters.counters(&self.domain, stats_path),
             on_failure: rl.on_failure,
+            refundable: rl.refundable,
             also,
         });
         self.rules.push(rule.clone());

@@ -81,6 +81,10 @@ pub struct RateLimitDef {
     pub replaces: Vec<String>,
     /// `on_store_failure`: this rule's failure policy over `--store-failure`.
     pub on_failure: Option<FailurePolicy>,
+    /// `refundable`: the rule's counters may be given back
+    /// (`is_negative_hits`), so no instance answers them from its local
+    /// over-limit cache.
+    pub refundable: bool,
 }
 
 struct Parser<'a> {

@@ -16,6 +16,8 @@ pub struct StatDelta {
     pub near_limit: u64,
     pub within_limit: u64,
     pub shadow_mode: u64,
+    /// Hits given back (`is_negative_hits`): never counted as hits.
+    pub refunded: u64,
 }
 
 /// The share of a limit above which hits count as `near_limit` (the reference's
@@ -110,6 +112,21 @@ pub fn status(c: &Counted, now: Now) -> Status {
             let tally = v.as_counted(c.algorithm, c.requests_per_unit, c.hits);
             status(&Counted { tally, ..*c }, now)
         }
+    }
+}
+
+/// The status of a refund: `c.hits` given back, `c.tally` what the counter
+/// reads after. Never over the limit, and never hits in the metrics; what
+/// is left is shown as a check would show it.
+pub fn refunded(c: &Counted, now: Now) -> Status {
+    let check = status(&Counted { hits: 0, ..*c }, now);
+    Status {
+        over: false,
+        stats: StatDelta {
+            refunded: c.hits,
+            ..StatDelta::default()
+        },
+        ..check
     }
 }
 

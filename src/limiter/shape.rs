@@ -171,6 +171,42 @@ impl Refill {
             )
         }
     }
+
+    /// Gives `hits` tokens back to a bucket with arrival time `tat_us` at
+    /// `now_us`: the arrival time moves back by their refill, never past
+    /// now (a bucket holds at most `burst`). Returns the new arrival time
+    /// and what to report.
+    pub fn give_back(&self, tat_us: u64, now_us: u64, hits: u64) -> (u64, Tally) {
+        let back = tat_us
+            .saturating_sub(hits.saturating_mul(self.interval_us))
+            .max(now_us)
+            .min(tat_us.max(now_us));
+        (
+            back,
+            Tally::Bucket {
+                taken: true,
+                debt_us: back - now_us,
+            },
+        )
+    }
+}
+
+impl Tally {
+    /// What a counter that is not there reads: empty (a refund of it makes
+    /// nothing).
+    pub fn empty(algorithm: Algorithm) -> Tally {
+        match algorithm {
+            Algorithm::FixedWindow => Tally::Count(0),
+            Algorithm::SlidingWindow => Tally::Sliding {
+                current: 0,
+                previous: 0,
+            },
+            Algorithm::TokenBucket { .. } => Tally::Bucket {
+                taken: true,
+                debt_us: 0,
+            },
+        }
+    }
 }
 
 /// The sliding-window estimate: `previous` weighted by the share of it still

@@ -110,7 +110,15 @@ impl Collector for RuleTable {
                 rules.iter().map(|(k, s)| (labels(k), get(s).load(Relaxed))),
             )?;
         }
-        Ok(())
+        // Not one of the reference's counters (statsd has no such name).
+        encode::counters(
+            &mut enc,
+            "sluice_rule_refunded_hits",
+            "Hits given back to the rule's counters (is_negative_hits); never counted as hits.",
+            rules
+                .iter()
+                .map(|(k, s)| (labels(k), s.refunded.load(Relaxed))),
+        )
     }
 }
 

@@ -139,6 +139,7 @@ impl Target {
             within_limit: allowed - would_deny,
             shadow_mode: would_deny,
             near_limit: 0,
+            refunded: 0,
         });
     }
 

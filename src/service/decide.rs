@@ -12,7 +12,7 @@ use super::metadata;
 use super::resolve::{Counting, Resolved, resolve};
 use super::{Call, RateLimiter, ResponseHeaders, ServiceError, ok_status};
 use crate::limiter::{self, Decision, Now, Tally};
-use crate::request::Request;
+use crate::request::{Descriptor, Request};
 use crate::store::{Increment, expect_counts};
 
 /// What the descriptors came to, gathered for the answer.
@@ -64,7 +64,7 @@ impl RateLimiter {
         let mut increments: Vec<Increment> = resolved
             .iter()
             .filter_map(|(i, r)| match (r, req.descriptors.get(*i)) {
-                (Resolved::Counted(c), Some(d)) => Some(c.increment(d.hits, at_us)),
+                (Resolved::Counted(c), Some(d)) => Some(c.increment(d.hits, d.refund, at_us)),
                 _ => None,
             })
             .collect();
@@ -117,7 +117,7 @@ impl RateLimiter {
                     Resolved::Counted(c) => c,
                 };
                 let tally = counts.next().unwrap_or(Tally::Decided(Decision::Refuse));
-                let (s, status) = self.judge_limit(c, d.hits, tally, now_ms, &mut v);
+                let (s, status) = self.judge_limit(c, d, tally, now_ms, &mut v);
                 if tightest.as_ref().is_none_or(|(t, _)| s.tighter_than(t)) {
                     tightest = Some((s, status));
                 }
@@ -134,12 +134,12 @@ impl RateLimiter {
     fn judge_limit<'r>(
         &self,
         c: &Counting<'r>,
-        hits: u64,
+        d: &Descriptor,
         tally: Tally,
         now_ms: u64,
         v: &mut Verdicts<'r>,
     ) -> (limiter::Status, DescriptorStatus) {
-        let s = c.decide(hits, tally, now_ms, &self.settings.knobs);
+        let s = c.decide(d.hits, d.refund, tally, now_ms, &self.settings.knobs);
         if s.stats.over_limit > 0 {
             // Only over-limit descriptors reach the console's top.
             let rule = c.rule.map_or("_override", |r| &r.label);

@@ -59,12 +59,22 @@ pub(super) enum Resolved<'a> {
 }
 
 impl Counting<'_> {
-    /// What to count for `hits` at the request's clock reading `at_us`.
-    pub(super) fn increment(&self, hits: u64, at_us: u64) -> Increment {
+    /// What to count for `hits` (or give back, `refund`) at the request's
+    /// clock reading `at_us`.
+    pub(super) fn increment(&self, hits: u64, refund: bool, at_us: u64) -> Increment {
         Increment {
             key: self.key.clone(),
             hits,
             at_us,
+            refund,
+            // A rule that took a refund here is treated as refundable from
+            // then on, though only `refundable` tells the other instances.
+            cacheable: !self.rule.is_some_and(|r| r.refundable)
+                && self
+                    .stats
+                    .refunded
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    == 0,
             limit: self.requests_per_unit,
             window: Window::containing(self.period, Now(at_us / 1_000_000)),
             algorithm: self.algorithm,
@@ -72,16 +82,23 @@ impl Counting<'_> {
         }
     }
 
+    /// The status of `hits` counted (or given back, `refund`) as `tally` says.
     pub(super) fn decide(
         &self,
         hits: u64,
+        refund: bool,
         tally: Tally,
         now_ms: u64,
         knobs: &Knobs,
     ) -> limiter::Status {
         let now = Now(now_ms / 1000);
         let window = Window::containing(self.period, now);
-        limiter::status(
+        let decide = if refund {
+            limiter::refunded
+        } else {
+            limiter::status
+        };
+        decide(
             &Counted {
                 requests_per_unit: self.requests_per_unit,
                 window,

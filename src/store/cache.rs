@@ -55,7 +55,11 @@ impl OverLimitCache {
     /// and a token bucket refills within the window, so remembering either
     /// would turn a short wait into a whole-window block.
     pub fn over(&self, inc: &Increment) -> Option<Tally> {
-        if self.per_shard == 0 || inc.algorithm != Algorithm::FixedWindow {
+        if self.per_shard == 0
+            || inc.algorithm != Algorithm::FixedWindow
+            || !inc.cacheable
+            || inc.refund
+        {
             return None;
         }
         let seen = *self.shard(&inc.key).lock().get(&inc.key)?;
@@ -69,7 +73,7 @@ impl OverLimitCache {
         let Tally::Count(count) = *tally else {
             return;
         };
-        if self.per_shard == 0 || count <= u64::from(inc.limit) {
+        if self.per_shard == 0 || count <= u64::from(inc.limit) || !inc.cacheable {
             return;
         }
         let mut map = self.shard(&inc.key).lock();
@@ -89,6 +93,13 @@ impl OverLimitCache {
                 count,
             },
         );
+    }
+
+    /// Forgets a counter (a refund brought it down).
+    pub fn forget(&self, key: &CounterKey) {
+        if self.per_shard > 0 {
+            self.shard(key).lock().remove(key);
+        }
     }
 
     /// Frees entries whose window has ended.
@@ -117,6 +128,8 @@ mod tests {
             key: CounterKey::new("d", Unit::Minute, [("k", v)]),
             hits: 1,
             at_us: now * 1_000_000,
+            refund: false,
+            cacheable: true,
             limit,
             window: Window::containing(Unit::Minute, Now(now)),
             algorithm: Algorithm::FixedWindow,

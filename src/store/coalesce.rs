@@ -8,7 +8,8 @@
 //! the hits of the requests after it.
 //!
 //! Token buckets are never merged: each one's decision depends on the bucket
-//! the one before it left.
+//! the one before it left. Nor are refunds (kinds past the bucket's), whose
+//! floor at 0 would not split back into per-request counts.
 
 use super::StoreError;
 use super::script::Op;
@@ -50,9 +51,10 @@ impl<'a> Coalesced<'a> {
             FastMap::with_capacity_and_hasher(n, Default::default());
         for op in ops {
             let [kind, hits, ttl, ..] = op.args;
-            let same = match kind {
-                BUCKET => None,
-                _ => index.get(&(kind, op.keys.as_slice())).copied(),
+            let same = if kind >= BUCKET {
+                None
+            } else {
+                index.get(&(kind, op.keys.as_slice())).copied()
             };
             let found = same
                 .and_then(|i| merged.get_mut(i).map(|m| (i, m)))
@@ -72,7 +74,7 @@ impl<'a> Coalesced<'a> {
                 }
                 None => {
                     let i = merged.len();
-                    if kind != BUCKET {
+                    if kind < BUCKET {
                         index.insert((kind, op.keys.as_slice()), i);
                     }
                     merged.push(Merged {
@@ -116,7 +118,7 @@ impl<'a> Coalesced<'a> {
             let after = m.args[1] - share.through;
             // Negative answers are the script's refusals (overflow, not a
             // counter): every request on that counter gets them as they are.
-            let a = if m.args[0] == BUCKET || a < 0 {
+            let a = if m.args[0] >= BUCKET || a < 0 {
                 a
             } else {
                 a.saturating_sub(i64::try_from(after).unwrap_or(i64::MAX))

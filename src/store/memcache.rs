@@ -111,6 +111,35 @@ impl Conn {
         }
     }
 
+    /// The count after `decr` (memcached floors it at 0), or `None` when the
+    /// key is missing: a refund never makes a counter.
+    async fn decr(&mut self, key: &str, by: u64) -> Result<Option<u64>, StoreError> {
+        let reply = self.send(&format!("decr {key} {by}\r\n")).await?;
+        self.pending = false;
+        match reply.as_str() {
+            "NOT_FOUND" => Ok(None),
+            r if r.starts_with("CLIENT_ERROR") => Err(StoreError::Rejected(r.to_owned())),
+            r => r
+                .parse()
+                .map(Some)
+                .map_err(|_| StoreError::BadReply(format!("decr answered {r:.40}"))),
+        }
+    }
+
+    /// This window's counter after adding `hits`, or after giving them back.
+    async fn window_count(
+        &mut self,
+        key: &str,
+        inc: &Increment,
+        ttl: u64,
+    ) -> Result<u64, StoreError> {
+        if inc.refund {
+            Ok(self.decr(key, inc.hits).await?.unwrap_or(0))
+        } else {
+            self.add_hits(key, inc.hits, ttl).await
+        }
+    }
+
     /// `add` (`cas` = None) or `cas`: whether it was stored.
     async fn store(
         &mut self,
@@ -273,9 +302,9 @@ impl MemcacheStore {
             .ok_or_else(|| unavailable("no such server"))?;
         let mut conn = pool.get().await?;
         match inc.algorithm {
-            Algorithm::FixedWindow => Ok(Tally::Count(conn.add_hits(&key, inc.hits, ttl).await?)),
+            Algorithm::FixedWindow => Ok(Tally::Count(conn.window_count(&key, inc, ttl).await?)),
             Algorithm::SlidingWindow => {
-                let current = conn.add_hits(&key, inc.hits, ttl).await?;
+                let current = conn.window_count(&key, inc, ttl).await?;
                 // The previous window's key may live on another server.
                 let (prev, prev_server) = self.key(inc, window.previous().start.0);
                 let previous = if prev_server == server {
@@ -295,9 +324,18 @@ impl MemcacheStore {
                 for _ in 0..CAS_TRIES {
                     let now_us = inc.at_us;
                     let found = conn.gets(&key).await?;
-                    let (tat, tally) =
-                        refill.take(found.as_ref().map_or(0, |f| f.value), now_us, inc.hits);
-                    if !matches!(tally, Tally::Bucket { taken: true, .. }) || inc.hits == 0 {
+                    let tat = found.as_ref().map_or(0, |f| f.value);
+                    let (tat, tally) = if inc.refund {
+                        refill.give_back(tat, now_us, inc.hits)
+                    } else {
+                        refill.take(tat, now_us, inc.hits)
+                    };
+                    // Nothing to write: refused, a check, or a refund of a
+                    // bucket that is full or not there.
+                    let unchanged = !matches!(tally, Tally::Bucket { taken: true, .. })
+                        || inc.hits == 0
+                        || (inc.refund && found.as_ref().is_none_or(|f| f.value <= now_us));
+                    if unchanged {
                         return Ok(tally);
                     }
                     let keep = (tat.saturating_sub(now_us) / 1_000_000) + 60;

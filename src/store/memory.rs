@@ -190,6 +190,14 @@ impl MemoryStore {
                 #[allow(clippy::indexing_slicing, reason = "taken modulo the shard count")]
                 let shard = &self.shards[high as usize % SHARDS];
                 let mut map = shard.lock();
+                if inc.refund {
+                    // A counter that is not there is not made by a refund.
+                    return map
+                        .get_mut(&id)
+                        .map_or(Tally::empty(inc.algorithm), |slot| {
+                            give_back(slot, inc, now_us)
+                        });
+                }
                 if map.len() >= self.per_shard && !map.contains_key(&id) {
                     self.make_room(&mut map, secs(inc.window.start.0));
                 }
@@ -270,6 +278,40 @@ fn apply(slot: &mut Slot, inc: &Increment, now_us: u64) -> Tally {
             slot.end = secs(tat.div_ceil(1_000_000));
             tally
         }
+    }
+}
+
+/// A refund on its slot: the current window's count goes down, floored at
+/// 0; a bucket gets its tokens back, up to full.
+fn give_back(slot: &mut Slot, inc: &Increment, now_us: u64) -> Tally {
+    let start = secs(inc.window.start.0);
+    match inc.algorithm {
+        Algorithm::FixedWindow if slot.start == start => {
+            slot.count = slot.count.saturating_sub(inc.hits);
+            Tally::Count(slot.count)
+        }
+        Algorithm::SlidingWindow if slot.start == start => {
+            slot.count = slot.count.saturating_sub(inc.hits);
+            Tally::Sliding {
+                current: slot.count,
+                previous: u64::from(slot.previous),
+            }
+        }
+        // The slot still holds the previous window: this one has no count.
+        Algorithm::SlidingWindow if slot.start == secs(inc.window.previous().start.0) => {
+            Tally::Sliding {
+                current: 0,
+                previous: slot.count,
+            }
+        }
+        Algorithm::TokenBucket { refill, .. } if slot.start == BUCKET => {
+            let (tat, tally) = refill.give_back(slot.count, now_us, inc.hits);
+            slot.count = tat;
+            slot.end = secs(tat.div_ceil(1_000_000));
+            tally
+        }
+        // An older window's slot, or another shape's: nothing to give back.
+        _ => Tally::empty(inc.algorithm),
     }
 }
 

@@ -40,6 +40,13 @@ pub struct Increment {
     /// `window` holds it, and a token bucket refills by it. Stores never
     /// read the clock for a count.
     pub at_us: u64,
+    /// Give `hits` back (`is_negative_hits`): the counter goes down, floored
+    /// at empty, and a counter that is not there is not made.
+    pub refund: bool,
+    /// The local over-limit cache may answer for this counter: false for a
+    /// rule whose counters can be given back (`refundable`, or one that has
+    /// taken a refund), so no instance refuses from a stale memory.
+    pub cacheable: bool,
     /// The limit the count will be held against (for the over-limit cache),
     /// and a token bucket's refill rate per window.
     pub limit: u32,

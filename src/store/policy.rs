@@ -60,11 +60,11 @@ pub fn shed<'a>(
     let tallies = batch
         .into_iter()
         .map(|i| match i.on_failure {
-            Some(FailurePolicy::Deny) => {
+            Some(FailurePolicy::Deny) if !i.refund => {
                 denied = true;
                 Tally::Decided(Decision::Refuse)
             }
-            Some(FailurePolicy::Allow) => Tally::Decided(Decision::Admit),
+            Some(FailurePolicy::Allow | FailurePolicy::Deny) => Tally::Decided(Decision::Admit),
             _ => {
                 undecided = true;
                 Tally::Decided(Decision::Admit)

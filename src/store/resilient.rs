@@ -162,7 +162,13 @@ impl Resilient {
             match self.ask_primary(&ask, deadline).await {
                 Ok(got) => {
                     for (inc, c) in ask.iter().zip(&got) {
-                        self.cache.record(inc, c);
+                        if inc.refund {
+                            // This instance never refuses from what it
+                            // remembered before the counter went down.
+                            self.cache.forget(&inc.key);
+                        } else {
+                            self.cache.record(inc, c);
+                        }
                     }
                     got
                 }
@@ -315,8 +321,9 @@ impl Resilient {
                         .count(std::iter::once(*i))
                         .pop()
                         .unwrap_or(Tally::Decided(Decision::Refuse)),
-                    FailurePolicy::Allow => Tally::Decided(Decision::Admit),
-                    FailurePolicy::Deny => Tally::Decided(Decision::Refuse),
+                    // A refund is never refused: it gives back, it asks nothing.
+                    FailurePolicy::Deny if !i.refund => Tally::Decided(Decision::Refuse),
+                    FailurePolicy::Allow | FailurePolicy::Deny => Tally::Decided(Decision::Admit),
                 }
             })
             .collect()

@@ -97,6 +97,8 @@ fn inc(v: &str) -> Increment {
         key: CounterKey::new("d", Unit::Hour, [("k", v)]),
         hits: 1,
         at_us: 3600 * 1_000_000,
+        refund: false,
+        cacheable: true,
         limit: 2,
         window: Window::containing(Unit::Hour, Now(3600)),
         algorithm: crate::limiter::Algorithm::FixedWindow,

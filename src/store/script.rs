@@ -1,7 +1,7 @@
 //! The one Lua script every Redis call runs, and how increments become its
 //! arguments and its answer becomes tallies.
 //!
-//! Each increment is five arguments (`kind`, `hits`, `ttl`, and two that
+//! Each increment is five arguments (`kind`, plus 3 for a refund, `hits`, `ttl`, and two that
 //! depend on the kind) and one key, or two for a sliding window (this
 //! window's and the previous one's, in one hash slot). Each answers two
 //! integers:
@@ -11,6 +11,10 @@
 //! - token bucket: 1 if the hits were taken (else 0), and how far the bucket
 //!   is from full in microseconds. The time is Redis's own (`TIME`), so the
 //!   clocks of the sluice instances sharing a bucket do not matter.
+//!
+//! A refund (`is_negative_hits`) answers the same two integers after giving
+//! the hits back: `DECRBY` floored at 0 on a counter that exists (a missing
+//! one stays missing), or a bucket's arrival time moved back, never past now.
 //!
 //! Writes run under `pcall`: a counter that would overflow answers `-1`, a key
 //! holding something else `-2`, and those are the request's own errors. Any
@@ -32,6 +36,8 @@ local function refused(e)
 end
 for i = 0, #ARGV / 5 - 1 do
   local kind, hits, ttl = tonumber(ARGV[5*i+1]), ARGV[5*i+2], ARGV[5*i+3]
+  local refund = kind >= 3
+  if refund then kind = kind - 3 end
   local key = KEYS[k]
   k = k + 1
   local a, b = 0, 0
@@ -51,7 +57,14 @@ for i = 0, #ARGV / 5 - 1 do
       tat = tonumber(got)
       if tat == nil then a = -2 end
     end
-    if a == 0 then
+    if a == 0 and refund then
+      a, b = 1, 0
+      if tat > now then
+        local back = math.max(tat - tonumber(hits) * interval, now)
+        redis.call('SET', key, string.format('%.0f', back), 'PX', math.ceil((back - now) / 1000) + ttl * 1000)
+        b = back - now
+      end
+    elseif a == 0 then
       local base = math.max(tat, now)
       local after = base + tonumber(hits) * interval
       if after - now > tolerance then
@@ -62,14 +75,23 @@ for i = 0, #ARGV / 5 - 1 do
       end
     end
   else
-    local n = redis.pcall('INCRBY', key, hits)
+    local n = 0
+    if not refund then
+      n = redis.pcall('INCRBY', key, hits)
+    elseif redis.call('EXISTS', key) == 1 then
+      n = redis.pcall('DECRBY', key, hits)
+      if type(n) ~= 'table' and n < 0 then
+        redis.call('SET', key, 0, 'KEEPTTL')
+        n = 0
+      end
+    end
     if type(n) == 'table' then
       local r = refused(n.err)
       if r == nil then return n end
       a = r
     else
       a = n
-      redis.call('EXPIRE', key, ttl)
+      if not refund then redis.call('EXPIRE', key, ttl) end
     end
     if kind == 1 then
       local prev = KEYS[k]
@@ -103,6 +125,9 @@ pub(super) struct Op {
     pub args: [u64; 5],
 }
 
+/// Added to the shape's tag for a refund.
+const REFUND: u64 = 3;
+
 /// Seconds a key may outlive its window. Expiries are relative to sluice's own
 /// clock, so a skew between sluice and Redis cannot end a window early.
 pub const EXPIRY_SLACK_SECONDS: u64 = 5;
@@ -120,12 +145,19 @@ impl Op {
         };
         Op {
             keys,
-            args: [u64::from(inc.algorithm.tag()), inc.hits, ttl, p1, p2],
+            args: [
+                u64::from(inc.algorithm.tag()) + if inc.refund { REFUND } else { 0 },
+                inc.hits,
+                ttl,
+                p1,
+                p2,
+            ],
         }
     }
 
+    /// The shape's tag, whether the op counts or refunds.
     pub(super) fn kind(&self) -> u8 {
-        u8::try_from(self.args[0]).unwrap_or(0)
+        u8::try_from(self.args[0] % REFUND).unwrap_or(0)
     }
 
     /// Adds this increment's keys and arguments to an invocation.

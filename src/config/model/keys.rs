@@ -2,7 +2,7 @@
 
 /// The reference's flat allow-list of keys: any other key, at any depth outside
 /// `metadata`, is an error.
-pub const VALID_KEYS: [&str; 21] = [
+pub const VALID_KEYS: [&str; 22] = [
     "domain",
     "key",
     "value",
@@ -25,4 +25,5 @@ pub const VALID_KEYS: [&str; 21] = [
     "burst",
     "on_store_failure",
     "rate_limits",
+    "refundable",
 ];

@@ -25,6 +25,7 @@ struct Fields<'n> {
     algorithm: Option<(String, &'n Node)>,
     burst: Option<(u32, &'n Node)>,
     on_failure: Option<FailurePolicy>,
+    refundable: bool,
 }
 
 impl Parser<'_> {
@@ -69,6 +70,7 @@ impl Parser<'_> {
             name: f.name,
             replaces: f.replaces.into_iter().map(|(r, _)| r).collect(),
             on_failure: f.on_failure,
+            refundable: f.refundable,
         })
     }
 
@@ -91,6 +93,7 @@ impl Parser<'_> {
                 "algorithm" => f.algorithm = self.string(v, &field).map(|a| (a, v)),
                 "burst" => f.burst = Some((self.uint32(v, &field), v)),
                 "on_store_failure" => f.on_failure = self.failure_policy(v, &field),
+                "refundable" => f.refundable = self.boolean(v, &field),
                 other => self.misplaced(k, other, "rate_limit"),
             }
         }

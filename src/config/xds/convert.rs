@@ -119,5 +119,6 @@ fn policy(p: &RateLimitPolicy, err: &mut impl FnMut(&str, String)) -> Option<Rat
         name,
         replaces: p.replaces.iter().map(|r| r.name.clone()).collect(),
         on_failure: None,
+        refundable: false,
     })
 }
