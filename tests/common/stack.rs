@@ -251,8 +251,14 @@ impl Drop for Stack {
 }
 
 pub fn start_upstream() -> (Child, u16) {
+    start_script("envoy/upstream.py")
+}
+
+/// Starts one of the repository's Python upstreams (`envoy/upstream.py`,
+/// `envoy/llm.py`) on a free loopback port; returns it and the port.
+pub fn start_script(script: &str) -> (Child, u16) {
     let mut child = Command::new("python3")
-        .arg(workspace().join("envoy/upstream.py"))
+        .arg(workspace().join(script))
         .args(["--host", "127.0.0.1", "--port", "0"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
