@@ -21,7 +21,7 @@ pub use error::AppError;
 pub(crate) use error::Context;
 
 use crate::cli::{LogFormat, ServeArgs};
-use crate::config::LiveRules;
+use crate::config::{LiveRules, LoadOptions};
 use crate::metrics::Metrics;
 use crate::server::{self, Listeners, ServeOptions};
 use crate::service::RateLimiter;
@@ -123,7 +123,10 @@ fn grpc_tls(args: &ServeArgs) -> Result<Option<Arc<Tls>>, AppError> {
 /// The rules from xDS (none until the first response) or from the directory;
 /// `None` when the directory does not load (the errors are printed).
 fn load_rules(args: &ServeArgs, metrics: &Arc<Metrics>) -> Option<Arc<LiveRules>> {
-    let options = args.config_args.load_options();
+    let options = LoadOptions {
+        leases: args.store.memcache_servers.is_empty(),
+        ..args.config_args.load_options()
+    };
     match &args.config_xds {
         Some(server) => Some(Arc::new(LiveRules::for_xds(
             server,

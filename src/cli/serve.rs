@@ -276,6 +276,7 @@ impl ConfigArgs {
         LoadOptions {
             merge_domains: self.merge_domains,
             max_files: self.max_rule_files,
+            leases: true,
         }
     }
 }

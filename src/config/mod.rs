@@ -35,6 +35,9 @@ pub struct LoadOptions {
     pub merge_domains: bool,
     /// The most rule files one load reads (`--max-rule-files`).
     pub max_files: usize,
+    /// The store can hold leases (`algorithm: concurrency`): every store
+    /// but memcached.
+    pub leases: bool,
 }
 
 impl Default for LoadOptions {
@@ -42,6 +45,7 @@ impl Default for LoadOptions {
         LoadOptions {
             merge_domains: false,
             max_files: 1000,
+            leases: true,
         }
     }
 }
@@ -205,12 +209,52 @@ pub(crate) fn compile_files(
     counters: &dyn RuleCounters,
     fingerprint: u64,
 ) -> Result<Rules, LoadError> {
+    if !opts.leases {
+        no_leases(&parsed)?;
+    }
     let domains =
         matcher::compile(parsed, opts.merge_domains, counters).map_err(LoadError::Invalid)?;
     Ok(Rules {
         domains,
         fingerprint,
     })
+}
+
+/// Refuses concurrency rules on a store that cannot hold their leases.
+fn no_leases(parsed: &[(PathBuf, DomainFile)]) -> Result<(), LoadError> {
+    fn walk(file: &Path, defs: &[DescriptorDef], errors: &mut Vec<ConfigError>) {
+        for d in defs {
+            let concurrent = d.rate_limit.iter().chain(&d.rate_limits).any(|r| {
+                matches!(
+                    r.limit,
+                    LimitDef::Limited {
+                        algorithm: Algorithm::Concurrency,
+                        ..
+                    }
+                )
+            });
+            if concurrent {
+                errors.push(ConfigError {
+                    file: file.to_path_buf(),
+                    position: d.origin.position,
+                    field: format!("{}.rate_limit.algorithm", d.origin.field),
+                    message:
+                        "algorithm: concurrency needs Redis or memory: memcached holds no leases"
+                            .into(),
+                });
+            }
+            walk(file, &d.descriptors, errors);
+        }
+    }
+    let mut errors = Vec::new();
+    for (file, df) in parsed {
+        walk(file, &df.descriptors, &mut errors);
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(LoadError::Invalid(errors))
+    }
 }
 
 #[cfg(test)]

@@ -187,3 +187,54 @@ fn bad_limit_lists_and_policies_are_refused() {
         "{e:?}"
     );
 }
+
+#[test]
+fn a_concurrency_rule_takes_max_in_flight_and_a_lease_and_nothing_else() {
+    assert_eq!(
+        limit_of(&rule(
+            "algorithm: concurrency, max_in_flight: 3, lease: 60s"
+        )),
+        LimitDef::Limited {
+            requests_per_unit: 3,
+            period: Period::Seconds(60),
+            algorithm: Algorithm::Concurrency,
+        }
+    );
+    for (body, said) in [
+        ("algorithm: concurrency, lease: 60s", "needs max_in_flight"),
+        ("algorithm: concurrency, max_in_flight: 3", "needs lease"),
+        (
+            "algorithm: concurrency, max_in_flight: 0, lease: 1m",
+            "at least 1",
+        ),
+        (
+            "algorithm: concurrency, max_in_flight: 3, lease: 60s, unit: minute",
+            "unit is not for",
+        ),
+        (
+            "algorithm: concurrency, max_in_flight: 3, lease: 60s, requests_per_unit: 5",
+            "requests_per_unit is not for",
+        ),
+        (
+            "unit: minute, requests_per_unit: 5, max_in_flight: 3",
+            "only for algorithm: concurrency",
+        ),
+        (
+            "unit: minute, requests_per_unit: 5, lease: 60s",
+            "only for algorithm: concurrency",
+        ),
+    ] {
+        let e = errors(&rule(body));
+        assert!(e.iter().any(|m| m.contains(said)), "{body}: {e:?}");
+    }
+    // On a store without leases (memcached), refused when the rules load.
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = rule("algorithm: concurrency, max_in_flight: 3, lease: 60s");
+    std::fs::write(dir.path().join("d.yaml"), yaml).unwrap();
+    let opts = LoadOptions {
+        leases: false,
+        ..LoadOptions::default()
+    };
+    let e = load_dir(dir.path(), opts, &crate::rule_stats::Detached).unwrap_err();
+    assert!(e.to_string().contains("memcached holds no leases"), "{e}");
+}

@@ -92,6 +92,10 @@ impl Status {
 /// Decides one descriptor from what the store reported.
 pub fn status(c: &Counted, now: Now) -> Status {
     match c.tally {
+        // Slots free up whenever a request ends: worth asking again soon.
+        Tally::Count(after) if c.algorithm == Algorithm::Concurrency => {
+            counted_status(c, after, 1, Some(1))
+        }
         Tally::Count(after) => counted_status(c, after, c.window.seconds_until_reset(now), None),
         Tally::Sliding { current, previous } => {
             let window_ms = c.window.period.seconds().saturating_mul(1000);

@@ -30,6 +30,10 @@ pub enum Algorithm {
         /// when the rule compiles (see [`Algorithm::token_bucket`]).
         refill: Refill,
     },
+    /// Requests in flight: at most `requests_per_unit` slots held at once,
+    /// each released when its request ends or, failing that, after the
+    /// period (its lease).
+    Concurrency,
 }
 
 impl Algorithm {
@@ -55,6 +59,7 @@ impl Algorithm {
             Algorithm::FixedWindow => "fixed_window",
             Algorithm::SlidingWindow => "sliding_window",
             Algorithm::TokenBucket { .. } => "token_bucket",
+            Algorithm::Concurrency => "concurrency",
         }
     }
 
@@ -64,6 +69,7 @@ impl Algorithm {
             Algorithm::FixedWindow => 0,
             Algorithm::SlidingWindow => 1,
             Algorithm::TokenBucket { .. } => 2,
+            Algorithm::Concurrency => 3,
         }
     }
 }
@@ -100,7 +106,9 @@ impl Decision {
         let over = u64::from(limit).saturating_add(hits.max(1));
         let admit = self == Decision::Admit;
         match algorithm {
-            Algorithm::FixedWindow => Tally::Count(if admit { 0 } else { over }),
+            Algorithm::FixedWindow | Algorithm::Concurrency => {
+                Tally::Count(if admit { 0 } else { over })
+            }
             Algorithm::SlidingWindow => Tally::Sliding {
                 current: if admit { 0 } else { over },
                 previous: 0,
@@ -196,7 +204,7 @@ impl Tally {
     /// nothing).
     pub fn empty(algorithm: Algorithm) -> Tally {
         match algorithm {
-            Algorithm::FixedWindow => Tally::Count(0),
+            Algorithm::FixedWindow | Algorithm::Concurrency => Tally::Count(0),
             Algorithm::SlidingWindow => Tally::Sliding {
                 current: 0,
                 previous: 0,

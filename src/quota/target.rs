@@ -45,6 +45,12 @@ pub(super) fn resolve(shared: &Shared, domain: &str, key: &[(String, String)]) -
     };
     match m.rule.limit {
         LimitDef::Unlimited => Target::Open,
+        // A quota bucket is a rate; slots are taken and given back per
+        // request, which RLQS never reports. The ratelimit filter holds them.
+        LimitDef::Limited {
+            algorithm: crate::limiter::Algorithm::Concurrency,
+            ..
+        } => Target::Open,
         LimitDef::Limited {
             requests_per_unit,
             period,

@@ -49,6 +49,9 @@ pub(super) struct Counting<'a> {
     /// The stats path when it carries runtime values (`detailed_metric`).
     pub(super) metric_path: Option<String>,
     pub(super) key: CounterKey,
+    /// `algorithm: concurrency`: the slot, the last entry's value (left out
+    /// of `key`, so every request of the rest shares one counter).
+    pub(super) slot: Option<Box<str>>,
 }
 
 /// How one descriptor resolved against the rules.
@@ -79,6 +82,7 @@ impl Counting<'_> {
             window: Window::containing(self.period, Now(at_us / 1_000_000)),
             algorithm: self.algorithm,
             on_failure: self.rule.and_then(|r| r.on_failure),
+            slot: self.slot.clone(),
         }
     }
 
@@ -172,6 +176,7 @@ pub(super) fn resolve<'a>(domain: &'a Domain, req: &Request) -> Vec<(usize, Reso
                     stats: &domain.override_stats,
                     metric_path: None,
                     key: CounterKey::new(&req.domain, o.unit, entries),
+                    slot: None,
                 }),
             ));
             continue;
@@ -216,10 +221,21 @@ fn matched<'a>(
             resolved.push((i, Resolved::Unlimited));
             continue;
         };
+        // A concurrency rule's slot is its last entry's value, which the
+        // counter leaves out.
+        let slot = (algorithm == Algorithm::Concurrency)
+            .then(|| d.entries.last().map(|(_, v)| Box::from(v.as_str())))
+            .flatten();
+        let last = d.entries.len().saturating_sub(1);
         // share_threshold: the configured pattern stands for the value.
         let values = d.entries.iter().enumerate().map(|(i, (k, v))| {
             let shared = m.shared.iter().find(|(j, _)| *j == i).map(|(_, p)| *p);
-            (k.as_str(), shared.unwrap_or(v.as_str()))
+            let value = if slot.is_some() && i == last {
+                ""
+            } else {
+                v.as_str()
+            };
+            (k.as_str(), shared.unwrap_or(value))
         });
         resolved.push((
             i,
@@ -231,6 +247,7 @@ fn matched<'a>(
                 stats: &rule.stats,
                 key: CounterKey::new(domain, KeySpace { period, algorithm }, values),
                 metric_path: m.metric_path.clone(),
+                slot,
             }),
         ));
     }

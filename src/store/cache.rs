@@ -130,6 +130,7 @@ mod tests {
             at_us: now * 1_000_000,
             refund: false,
             cacheable: true,
+            slot: None,
             limit,
             window: Window::containing(Unit::Minute, Now(now)),
             algorithm: Algorithm::FixedWindow,

@@ -33,6 +33,7 @@ pub(super) struct Coalesced<'a> {
 struct Merged<'a> {
     keys: &'a [String],
     args: [u64; 5],
+    slot: &'a str,
 }
 
 struct Share {
@@ -80,6 +81,7 @@ impl<'a> Coalesced<'a> {
                     merged.push(Merged {
                         keys: &op.keys,
                         args: op.args,
+                        slot: op.slot.as_deref().unwrap_or_default(),
                     });
                     shares.push(Share {
                         merged: i,
@@ -100,6 +102,7 @@ impl<'a> Coalesced<'a> {
             for a in m.args {
                 inv.arg(a);
             }
+            inv.arg(m.slot);
         }
     }
 

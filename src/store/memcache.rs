@@ -300,9 +300,18 @@ impl MemcacheStore {
         let pool = pools
             .get(server)
             .ok_or_else(|| unavailable("no such server"))?;
+        if inc.algorithm == Algorithm::Concurrency {
+            // Leases need a set per counter, expiring member by member;
+            // memcached has no such thing.
+            return Err(StoreError::Rejected(
+                "memcached holds no leases: algorithm: concurrency needs Redis or memory".into(),
+            ));
+        }
         let mut conn = pool.get().await?;
         match inc.algorithm {
-            Algorithm::FixedWindow => Ok(Tally::Count(conn.window_count(&key, inc, ttl).await?)),
+            Algorithm::FixedWindow | Algorithm::Concurrency => {
+                Ok(Tally::Count(conn.window_count(&key, inc, ttl).await?))
+            }
             Algorithm::SlidingWindow => {
                 let current = conn.window_count(&key, inc, ttl).await?;
                 // The previous window's key may live on another server.

@@ -23,6 +23,7 @@ use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::demand::{DemandTables, DemandUpdate, Fleet};
+use super::leases::Leases;
 use super::{BoxFuture, CounterStats, Increment, Store, StoreError, StoreHealth};
 use crate::limiter::Now;
 use crate::limiter::{Algorithm, Tally};
@@ -123,6 +124,8 @@ pub struct MemoryStore {
     live: AtomicU64,
     /// Quota mode's demand tables, bounded like the counters.
     pub(super) demand: DemandTables,
+    /// Requests in flight (`algorithm: concurrency`), bounded like the counters.
+    leases: Leases,
 }
 
 impl Default for MemoryStore {
@@ -147,6 +150,7 @@ impl MemoryStore {
             evictions: AtomicU64::new(0),
             live: AtomicU64::new(0),
             demand: DemandTables::new(max_counters),
+            leases: Leases::new(max_counters),
         }
     }
 
@@ -184,6 +188,9 @@ impl MemoryStore {
             .into_iter()
             .map(|inc| {
                 let now_us = inc.at_us;
+                if inc.algorithm == Algorithm::Concurrency {
+                    return self.leases.hold(inc);
+                }
                 let bytes = inc.key.as_bytes();
                 let high = self.hashers[0].hash_one(bytes);
                 let id = Id(high, self.hashers[1].hash_one(bytes));
@@ -216,6 +223,7 @@ impl MemoryStore {
 
     /// Frees every counter whose window has ended; returns how many remain.
     pub fn sweep(&self, now: Now) -> usize {
+        self.leases.sweep(now.0.saturating_mul(1_000_000));
         let live = self
             .shards
             .iter()
@@ -269,6 +277,8 @@ fn apply(slot: &mut Slot, inc: &Increment, now_us: u64) -> Tally {
                 previous: u64::from(slot.previous),
             }
         }
+        // Held in the leases, never in a slot.
+        Algorithm::Concurrency => Tally::Count(0),
         Algorithm::TokenBucket { refill, .. } => {
             let tat = if slot.start == BUCKET { slot.count } else { 0 };
             let (tat, tally) = refill.take(tat, now_us, inc.hits);

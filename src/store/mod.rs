@@ -8,6 +8,7 @@ mod coalesce;
 pub mod demand;
 mod io_thread;
 mod lag;
+mod leases;
 pub mod memcache;
 mod memory;
 mod policy;
@@ -47,6 +48,9 @@ pub struct Increment {
     /// rule whose counters can be given back (`refundable`, or one that has
     /// taken a refund), so no instance refuses from a stale memory.
     pub cacheable: bool,
+    /// `algorithm: concurrency`: the slot this request holds (or releases),
+    /// the value of the descriptor's last entry; the counter is the rest.
+    pub slot: Option<Box<str>>,
     /// The limit the count will be held against (for the over-limit cache),
     /// and a token bucket's refill rate per window.
     pub limit: u32,

@@ -254,7 +254,7 @@ impl RedisStore {
             Algorithm::SlidingWindow => {
                 vec![key(inc.window.start.0), key(inc.window.previous().start.0)]
             }
-            Algorithm::TokenBucket { .. } => vec![key(0)],
+            Algorithm::TokenBucket { .. } | Algorithm::Concurrency => vec![key(0)],
         }
     }
 
@@ -321,6 +321,7 @@ async fn probe_script(
         .arg(EXPIRY_SLACK_SECONDS)
         .arg(0)
         .arg(0)
+        .arg("")
         .invoke_async(conn)
         .await
         .map_err(|e| classify(&e))?;

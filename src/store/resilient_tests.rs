@@ -99,6 +99,7 @@ fn inc(v: &str) -> Increment {
         at_us: 3600 * 1_000_000,
         refund: false,
         cacheable: true,
+        slot: None,
         limit: 2,
         window: Window::containing(Unit::Hour, Now(3600)),
         algorithm: crate::limiter::Algorithm::FixedWindow,

@@ -1,16 +1,19 @@
 //! The one Lua script every Redis call runs, and how increments become its
 //! arguments and its answer becomes tallies.
 //!
-//! Each increment is five arguments (`kind`, plus 3 for a refund, `hits`, `ttl`, and two that
-//! depend on the kind) and one key, or two for a sliding window (this
-//! window's and the previous one's, in one hash slot). Each answers two
-//! integers:
+//! Each increment is six arguments (`kind`, plus 4 for a refund, `hits`,
+//! `ttl`, two that depend on the kind, and a concurrency slot's id or empty)
+//! and one key, or two for a sliding window (this window's and the previous
+//! one's, in one hash slot). Each answers two integers:
 //! - fixed window: the count after `INCRBY`, and 0;
 //! - sliding window: this window's count after `INCRBY`, and the previous
 //!   window's count;
 //! - token bucket: 1 if the hits were taken (else 0), and how far the bucket
 //!   is from full in microseconds. The time is Redis's own (`TIME`), so the
 //!   clocks of the sluice instances sharing a bucket do not matter.
+//! - concurrency: the slots held after taking one (a sorted set of slot ids
+//!   scored by when their lease ends, on Redis's clock), or one past the
+//!   limit when none was free; and 0. Ended leases are dropped first.
 //!
 //! A refund (`is_negative_hits`) answers the same two integers after giving
 //! the hits back: `DECRBY` floored at 0 on a counter that exists (a missing
@@ -34,19 +37,46 @@ local function refused(e)
   if string.find(e, 'WRONGTYPE', 1, true) or string.find(e, 'not an integer', 1, true) then return -2 end
   return nil
 end
-for i = 0, #ARGV / 5 - 1 do
-  local kind, hits, ttl = tonumber(ARGV[5*i+1]), ARGV[5*i+2], ARGV[5*i+3]
-  local refund = kind >= 3
-  if refund then kind = kind - 3 end
+for i = 0, #ARGV / 6 - 1 do
+  local kind, hits, ttl = tonumber(ARGV[6*i+1]), ARGV[6*i+2], ARGV[6*i+3]
+  local refund = kind >= 4
+  if refund then kind = kind - 4 end
   local key = KEYS[k]
   k = k + 1
   local a, b = 0, 0
-  if kind == 2 then
+  if kind == 3 then
     if now == nil then
       local t = redis.call('TIME')
       now = tonumber(t[1]) * 1000000 + tonumber(t[2])
     end
-    local interval, tolerance = tonumber(ARGV[5*i+4]), tonumber(ARGV[5*i+5])
+    local limit, lease, slot = tonumber(ARGV[6*i+4]), tonumber(ARGV[6*i+5]), ARGV[6*i+6]
+    local swept = redis.pcall('ZREMRANGEBYSCORE', key, '-inf', now)
+    if type(swept) == 'table' then
+      local r = refused(swept.err)
+      if r == nil then return swept end
+      a = r
+    elseif refund then
+      redis.call('ZREM', key, slot)
+      a = redis.call('ZCARD', key)
+    else
+      local held = redis.call('ZCARD', key)
+      a = held
+      if redis.call('ZSCORE', key, slot) then
+        if tonumber(hits) > 0 then redis.call('ZADD', key, now + lease, slot) end
+      elseif tonumber(hits) > 0 then
+        a = held + 1
+        if held < limit then redis.call('ZADD', key, now + lease, slot) end
+      end
+      if tonumber(hits) > 0 then
+        redis.call('PEXPIRE', key, math.ceil(lease / 1000) + ttl * 1000)
+      end
+    end
+  elseif kind == 2 then
+    if now == nil then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
+    local interval, tolerance = tonumber(ARGV[6*i+4]), tonumber(ARGV[6*i+5])
     local got = redis.pcall('GET', key)
     local tat = 0
     if type(got) == 'table' then
@@ -123,10 +153,12 @@ pub(super) struct Op {
     /// previous one's).
     pub keys: Vec<String>,
     pub args: [u64; 5],
+    /// A concurrency slot's id, the sixth argument (empty otherwise).
+    pub slot: Option<Box<str>>,
 }
 
 /// Added to the shape's tag for a refund.
-const REFUND: u64 = 3;
+const REFUND: u64 = 4;
 
 /// Seconds a key may outlive its window. Expiries are relative to sluice's own
 /// clock, so a skew between sluice and Redis cannot end a window early.
@@ -142,9 +174,15 @@ impl Op {
             // This window's count is read through the whole next window.
             Algorithm::SlidingWindow => (0, 0, until_end + inc.window.period.seconds() + slack),
             Algorithm::TokenBucket { refill: r, .. } => (r.interval_us, r.tolerance_us, slack),
+            Algorithm::Concurrency => (
+                u64::from(inc.limit),
+                inc.window.period.seconds().saturating_mul(1_000_000),
+                slack,
+            ),
         };
         Op {
             keys,
+            slot: inc.slot.clone(),
             args: [
                 u64::from(inc.algorithm.tag()) + if inc.refund { REFUND } else { 0 },
                 inc.hits,
@@ -168,6 +206,7 @@ impl Op {
         for a in self.args {
             inv.arg(a);
         }
+        inv.arg(self.slot.as_deref().unwrap_or_default());
     }
 }
 

@@ -2,7 +2,7 @@
 
 /// The reference's flat allow-list of keys: any other key, at any depth outside
 /// `metadata`, is an error.
-pub const VALID_KEYS: [&str; 22] = [
+pub const VALID_KEYS: [&str; 24] = [
     "domain",
     "key",
     "value",
@@ -26,4 +26,6 @@ pub const VALID_KEYS: [&str; 22] = [
     "on_store_failure",
     "rate_limits",
     "refundable",
+    "max_in_flight",
+    "lease",
 ];

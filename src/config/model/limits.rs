@@ -26,6 +26,10 @@ struct Fields<'n> {
     burst: Option<(u32, &'n Node)>,
     on_failure: Option<FailurePolicy>,
     refundable: bool,
+    /// `algorithm: concurrency`'s bound and lease.
+    max_in_flight: Option<(u32, &'n Node)>,
+    lease: Option<(Period, &'n Node)>,
+    lease_given: bool,
 }
 
 impl Parser<'_> {
@@ -54,7 +58,14 @@ impl Parser<'_> {
                 );
             }
             LimitDef::Unlimited
+        } else if f
+            .algorithm
+            .as_ref()
+            .is_some_and(|(a, _)| a == "concurrency")
+        {
+            self.concurrency(node, path, &f)?
         } else {
+            self.no_concurrency_fields(path, &f)?;
             let period = self.period(node, path, &f)?;
             let algorithm =
                 self.algorithm(path, f.algorithm, f.burst, f.requests_per_unit, period)?;
@@ -94,10 +105,77 @@ impl Parser<'_> {
                 "burst" => f.burst = Some((self.uint32(v, &field), v)),
                 "on_store_failure" => f.on_failure = self.failure_policy(v, &field),
                 "refundable" => f.refundable = self.boolean(v, &field),
+                "max_in_flight" => f.max_in_flight = Some((self.uint32(v, &field), v)),
+                "lease" => {
+                    f.lease_given = true;
+                    f.lease = self.window(v, &field).map(|w| (w, v));
+                }
                 other => self.misplaced(k, other, "rate_limit"),
             }
         }
         f
+    }
+
+    /// `algorithm: concurrency`: at most `max_in_flight` slots held at once,
+    /// each returned by its release or after `lease`. A period or a rate
+    /// would mean nothing here, so they are refused.
+    fn concurrency(&mut self, node: &Node, path: &str, f: &Fields<'_>) -> Option<LimitDef> {
+        for (given, field) in [
+            (f.unit.is_some(), "unit"),
+            (f.window_given, "window"),
+            (f.requests_per_unit > 0, "requests_per_unit"),
+            (f.burst.is_some(), "burst"),
+        ] {
+            if given {
+                let msg = format!(
+                    "{field} is not for algorithm: concurrency (give max_in_flight and lease)"
+                );
+                self.error(&node.referenced, &join(path, field), msg);
+                return None;
+            }
+        }
+        let max = match f.max_in_flight {
+            Some((n, _)) if n > 0 => n,
+            Some((_, v)) => {
+                self.error(
+                    &v.referenced,
+                    &join(path, "max_in_flight"),
+                    "max_in_flight must be at least 1",
+                );
+                return None;
+            }
+            None => {
+                let msg = "algorithm: concurrency needs max_in_flight (slots held at once)";
+                self.error(&node.referenced, &join(path, "max_in_flight"), msg);
+                return None;
+            }
+        };
+        let Some((lease, _)) = f.lease else {
+            if !f.lease_given {
+                let msg = "algorithm: concurrency needs lease (how long a slot never released is held, such as 60s)";
+                self.error(&node.referenced, &join(path, "lease"), msg);
+            }
+            return None;
+        };
+        Some(LimitDef::Limited {
+            requests_per_unit: max,
+            period: lease,
+            algorithm: Algorithm::Concurrency,
+        })
+    }
+
+    /// `max_in_flight` and `lease` belong to `algorithm: concurrency` only.
+    fn no_concurrency_fields(&mut self, path: &str, f: &Fields<'_>) -> Option<()> {
+        let stray = [
+            f.max_in_flight.map(|(_, v)| (v, "max_in_flight")),
+            f.lease.map(|(_, v)| (v, "lease")),
+        ];
+        if let Some((v, field)) = stray.into_iter().flatten().next() {
+            let msg = format!("{field} is only for algorithm: concurrency");
+            self.error(&v.referenced, &join(path, field), msg);
+            return None;
+        }
+        Some(())
     }
 
     /// The block's period: a `unit` or a `window`, never both.
@@ -233,7 +311,7 @@ impl Parser<'_> {
             }
             Some((other, v)) => {
                 let msg = format!(
-                    "unknown algorithm '{other}': fixed_window, sliding_window or token_bucket"
+                    "unknown algorithm '{other}': fixed_window, sliding_window, token_bucket or concurrency"
                 );
                 self.error(&v.referenced, &join(path, "algorithm"), msg);
                 return None;
