@@ -44,11 +44,23 @@ struct Seen {
 }
 
 impl Fleet {
+    /// The shipped rules, with concurrency raised out of the way of bursts.
     fn start() -> Fleet {
+        Fleet::start_with(|rules| rules.replace("max_in_flight: 5", "max_in_flight: 100"))
+    }
+
+    /// The shipped configs, with `descriptors/usage.yaml` passed through `edit`.
+    fn start_with(edit: impl Fn(&str) -> String) -> Fleet {
         let dir = tempfile::tempdir().expect("tempdir");
         let redis = RedisServer::start();
         let url = redis.url();
-        let rules = workspace().join("descriptors");
+        let rules = dir.path().join("descriptors");
+        std::fs::create_dir(&rules).expect("mkdir");
+        let shipped = std::fs::read_to_string(workspace().join("descriptors/usage.yaml"))
+            .expect("descriptors/usage.yaml");
+        let edited = edit(&shipped);
+        assert_ne!(edited, shipped, "the edit found nothing to change");
+        std::fs::write(rules.join("usage.yaml"), edited).expect("rules");
         let sluices: Vec<Sluice> = (0..2)
             .map(|_| Sluice::start_in(&rules, &["--redis-url", &url, "--redis-timeout", "150ms"]))
             .collect();
@@ -314,5 +326,86 @@ fn a_settlement_clears_a_refusal_on_the_other_instance() {
     assert_eq!(
         fleet.post(1, "/v1/reserved/chat/completions", &key).status,
         200
+    );
+}
+
+/// How many streams the model holds open now.
+fn in_flight(fleet: &Fleet) -> u64 {
+    let r = fleet
+        .agent
+        .get(format!("http://127.0.0.1:{}/in-flight", fleet.llm.1))
+        .call()
+        .expect("llm /in-flight");
+    let v: serde_json::Value =
+        serde_json::from_str(&r.into_body().read_to_string().expect("body")).expect("json");
+    v["now"].as_u64().expect("now")
+}
+
+/// At most three requests of a key in flight across both Envoys and both
+/// sluices: of eight slow ones exactly three reach the model; their slots
+/// come back when their streams end, and those of an Envoy killed mid-stream
+/// come back when their lease ends.
+#[test]
+fn a_concurrency_limit_holds_across_the_fleet_and_a_crash_leaks_no_slot() {
+    let mut fleet = Fleet::start_with(|rules| {
+        rules
+            .replace("max_in_flight: 5", "max_in_flight: 3")
+            .replace("lease: 10m", "lease: 4s")
+    });
+    room_in_window(60, 30);
+    let slow = [
+        ("x-api-key", "agent"),
+        ("x-tokens", "1"),
+        ("x-delay-ms", "2000"),
+    ];
+    let before = fleet.served();
+    let passed = std::thread::scope(|s| {
+        let fleet = &fleet;
+        let handles: Vec<_> = (0..8)
+            .map(|i| s.spawn(move || fleet.post(i % 2, "/v1/chat/completions", &slow).status))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("request"))
+            .filter(|s| *s == 200)
+            .count()
+    });
+    assert_eq!(passed, 3);
+    assert_eq!(
+        fleet.served() - before,
+        3,
+        "exactly three reached the model"
+    );
+    // Their streams ended and gave their slots back: three more pass at once.
+    let quick = [("x-api-key", "agent"), ("x-tokens", "1")];
+    assert!(eventually(Duration::from_secs(10), || {
+        fleet.post(0, "/v1/chat/completions", &quick).status == 200
+    }));
+
+    // Three streams through Envoy 1, which dies before any of them ends.
+    let pid = fleet.envoys[1].0.id();
+    let held = [
+        ("x-api-key", "crash"),
+        ("x-tokens", "1"),
+        ("x-delay-ms", "20000"),
+    ];
+    std::thread::scope(|s| {
+        for _ in 0..3 {
+            let fleet = &fleet;
+            s.spawn(move || fleet.try_post(1, "/v1/chat/completions", &held));
+        }
+        assert!(eventually(Duration::from_secs(10), || in_flight(&fleet) >= 3));
+        assert!(common::send_signal(pid, "KILL"), "kill envoy 1");
+    });
+    let _ = fleet.envoys[1].0.wait();
+    // No release ever comes: the key is full until the leases end, then free.
+    let probe = [("x-api-key", "crash"), ("x-tokens", "1")];
+    assert_eq!(fleet.post(0, "/v1/chat/completions", &probe).status, 429);
+    assert!(
+        eventually(Duration::from_secs(15), || fleet
+            .post(0, "/v1/chat/completions", &probe)
+            .status
+            == 200),
+        "the crashed Envoy's slots never came back"
     );
 }
