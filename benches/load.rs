@@ -369,6 +369,19 @@ fn main() {
         allowed_cpu.1
     );
     println!("  ({} flood requests answered)", flood_cpu.0);
+    // The same flood on a refundable rule: never answered from the cache, so
+    // a refund anywhere is seen at once; every refusal asks Redis.
+    let before = calls();
+    let refundable_cpu = on_redis_cpu_per_request(
+        redis_s,
+        &["--descriptor", "refund_flood=k", "--duration", &duration],
+    );
+    println!(
+        "over-limit flood on a refundable rule: {} script calls; sluice+redis CPU {:.1} µs/req ({} requests answered)",
+        calls() - before,
+        refundable_cpu.1,
+        refundable_cpu.0
+    );
 
     // Memory per live key: 1,000,000 distinct keys into a fresh memory store,
     // for each shape.

@@ -199,5 +199,69 @@ fn top_keys(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, matching, decision, loading, top_keys);
+/// Usage-based limits against a plain increment, whole decisions on the
+/// memory store: a refund (`is_negative_hits`), and a concurrency slot
+/// taken and given back (two calls, as Envoy makes them).
+fn usage(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("usage.yaml"),
+        "domain: usage
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 4000000000, refundable: true}
+  - key: c
+    descriptors:
+      - key: id
+        rate_limit: {algorithm: concurrency, max_in_flight: 1000000, lease: 60s}
+",
+    )
+    .expect("rules");
+    let metrics = Arc::new(Metrics::default());
+    let rules = Arc::new(
+        LiveRules::load(dir.path(), LoadOptions::default(), metrics.clone()).expect("rules"),
+    );
+    let limiter = RateLimiter::new(
+        rules,
+        Arc::new(MemoryStore::default()),
+        metrics,
+        Settings::default(),
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let ask = |entries: &[(&str, &str)], refund: bool| RateLimitRequest {
+        domain: "usage".into(),
+        descriptors: vec![
+            envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor {
+                is_negative_hits: refund,
+                ..descriptor(entries)
+            },
+        ],
+        hits_addend: 0,
+    };
+    let (charge, refund) = (ask(&[("k", "v")], false), ask(&[("k", "v")], true));
+    let (acquire, release) = (
+        ask(&[("c", "v"), ("id", "r1")], false),
+        ask(&[("c", "v"), ("id", "r1")], true),
+    );
+    let mut group = c.benchmark_group("usage (memory store)");
+    group.bench_function("increment", |b| {
+        b.to_async(&runtime)
+            .iter(|| async { black_box(limiter.handle(charge.clone()).await.is_ok()) })
+    });
+    group.bench_function("refund", |b| {
+        b.to_async(&runtime)
+            .iter(|| async { black_box(limiter.handle(refund.clone()).await.is_ok()) })
+    });
+    group.bench_function("acquire + release", |b| {
+        b.to_async(&runtime).iter(|| async {
+            black_box(limiter.handle(acquire.clone()).await.is_ok());
+            black_box(limiter.handle(release.clone()).await.is_ok())
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, matching, decision, loading, top_keys, usage);
 criterion_main!(benches);

@@ -30,6 +30,8 @@ descriptors:
             rate_limit: {unit: day, requests_per_unit: 1000000000}
   - key: flood
     rate_limit: {unit: day, requests_per_unit: 10}
+  - key: refund_flood
+    rate_limit: {unit: day, requests_per_unit: 10, refundable: true}
   - key: slide
     rate_limit: {unit: day, requests_per_unit: 1000000000, algorithm: sliding_window}
   - key: tb

@@ -13,12 +13,16 @@
 
 mod action;
 mod budget;
+mod estimate;
 mod fleets;
 mod peers;
 mod share;
 mod stream;
 mod target;
 mod usage;
+
+#[cfg(test)]
+mod sim_tests;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};

@@ -2,8 +2,9 @@
 //! turning a share into the token bucket Envoy enforces. Pure arithmetic.
 //!
 //! The split is max-min fair by demand: every Envoy first gets what it asks
-//! for (its recent demand plus a quarter for growth, and never less than a
-//! floor), up to an equal part of what is left; the budget the modest ones
+//! for (the demand it claims, an upper bound on its recent rate, plus a tenth
+//! for growth, and never less than a floor), up to an equal part of what is
+//! left; the budget the modest ones
 //! leave goes to the busy ones; anything still left is spread in proportion
 //! to demand. The shares always add up to the rule's rate, so the fleet as a
 //! whole stays within it. A purely proportional split would starve a quiet
@@ -13,12 +14,25 @@
 use crate::limiter::Algorithm;
 use crate::store::demand::MemberDemand;
 
-/// Headroom over measured demand, so a growing Envoy is not refused before
-/// its next report shows the growth.
-const HEADROOM: f64 = 1.25;
+/// Headroom over the demand claimed, so a growing Envoy is not refused before
+/// its next report shows the growth. Small: the claim is already an upper
+/// bound on the rate its reports came from (see `estimate.rs`).
+const HEADROOM: f64 = 1.1;
 /// The part of the budget set aside as a floor, split evenly: no Envoy's
 /// share falls below `FLOOR / k` of the rule, however quiet it has been.
 const FLOOR: f64 = 0.1;
+/// Seconds of its share an Envoy's bucket holds (windows): enough for the
+/// requests of a quiet Envoy that arrive close together.
+const BURST_SECONDS: f64 = 5.0;
+/// Tokens an Envoy's bucket holds at least (windows): a quiet Poisson Envoy
+/// at half its share is refused well under 1% of the time with six.
+const MIN_BURST: u32 = 6;
+/// What a bucket holds at most (windows): a tenth of the Envoy's part of the
+/// window's count, or of an even part of it, whichever is more. A replaced
+/// bucket starts full, so this bounds what the fleet can admit beyond the
+/// rule at each round of replacements: a fifth of the count at most.
+const BURST_SHARE: f64 = 0.1;
+
 /// A pushed assignment replaces Envoy's token bucket (which then starts
 /// full), so one is only pushed when the share moved by more than this.
 pub const CHANGE: f64 = 0.1;
@@ -90,9 +104,17 @@ pub enum Assignment {
 /// The bucket for a share of `share` requests per second of a rule allowing
 /// `limit` per `period_seconds`. The fill interval is the rule's period, so
 /// `tokens_per_fill` is the Envoy's part of the rule's count (whole requests,
-/// at least one). The burst is one second of the share for windows, and the
-/// share's part of `burst` for a token-bucket rule.
-pub fn bucket(share: f64, limit: u32, period_seconds: u64, algorithm: Algorithm) -> TokenBucket {
+/// at least one). The burst is [`BURST_SECONDS`] of the share for windows
+/// (at least [`MIN_BURST`], at most [`BURST_SHARE`] of the Envoy's part of
+/// the count or of an even part among `fleet` Envoys), and the share's part
+/// of `burst` for a token-bucket rule.
+pub fn bucket(
+    share: f64,
+    limit: u32,
+    period_seconds: u64,
+    algorithm: Algorithm,
+    fleet: usize,
+) -> TokenBucket {
     let period = u32::try_from(period_seconds.max(1)).unwrap_or(u32::MAX);
     let rate = f64::from(limit) / f64::from(period);
     let fraction = if rate > 0.0 {
@@ -103,7 +125,11 @@ pub fn bucket(share: f64, limit: u32, period_seconds: u64, algorithm: Algorithm)
     let tokens = whole(f64::from(limit) * fraction);
     let max = match algorithm {
         Algorithm::TokenBucket { burst, .. } => whole(f64::from(burst) * fraction),
-        _ => whole(share.ceil()),
+        _ => whole((share * BURST_SECONDS).ceil())
+            .max(MIN_BURST)
+            .min(whole(
+                (f64::from(tokens)).max(f64::from(limit) / fleet.max(1) as f64) * BURST_SHARE,
+            )),
     };
     TokenBucket {
         max_tokens: max,

@@ -143,7 +143,7 @@ impl QuotaStream {
             id,
             offered,
             elapsed,
-            rate,
+            measured,
         } = Usage::check(usage)?;
         let mut key: Key = id.bucket.into_iter().collect();
         key.sort_unstable();
@@ -160,7 +160,7 @@ impl QuotaStream {
             };
             self.state.insert(key.clone(), shell, UNKNOWN, now);
         }
-        if let Some(shell) = self.state.report(&key, offered != (0, 0), rate, now) {
+        if let Some(shell) = self.state.report(&key, offered != (0, 0), measured, now) {
             shell.target.reported(offered.0, offered.1, elapsed);
         }
         Ok(key)

@@ -113,7 +113,7 @@ impl Target {
         if l.rule.shadow_mode || global_shadow {
             return Assignment::AllowAll;
         }
-        Assignment::Bucket(bucket(mine, l.limit, l.period, l.algorithm))
+        Assignment::Bucket(bucket(mine, l.limit, l.period, l.algorithm, members.len()))
     }
 
     /// Counts a report: Envoy's own allowed and denied, and for a shadow

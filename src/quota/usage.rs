@@ -26,9 +26,9 @@ pub(super) struct Usage {
     pub offered: (u64, u64),
     /// Seconds the counts cover.
     pub elapsed: f64,
-    /// Requests per second offered; none on a first report (Envoy reports
-    /// whole seconds, and 0 then).
-    pub rate: Option<f64>,
+    /// Requests offered and the seconds they came in, when measured; none
+    /// on a first report (Envoy reports whole seconds, and 0 then).
+    pub measured: Option<(u64, f64)>,
 }
 
 impl Usage {
@@ -53,7 +53,7 @@ impl Usage {
             .map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9);
         let offered = (usage.num_requests_allowed, usage.num_requests_denied);
         let total = offered.0.saturating_add(offered.1) as f64;
-        let rate = (elapsed >= 1.0).then(|| total / elapsed);
+        let measured = (elapsed >= 1.0).then(|| (offered.0.saturating_add(offered.1), elapsed));
         if !(0.0..=MAX_ELAPSED).contains(&elapsed) || total > MAX_RATE * elapsed.max(1.0) {
             return Err(Skip::BadCounts);
         }
@@ -61,7 +61,7 @@ impl Usage {
             id,
             offered,
             elapsed,
-            rate,
+            measured,
         })
     }
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::quota::estimate::Estimate;
 use crate::quota::share::Assignment;
 
 /// A bucket's id, its entries sorted.
@@ -19,8 +20,11 @@ pub(super) type Key = Vec<(String, String)>;
 
 /// One bucket as the stream knows it.
 pub(super) struct Tracked<X> {
-    /// Requests per second offered in the last measured report, or UNKNOWN.
+    /// The demand claimed for the bucket (see [`Estimate::claim`]), or
+    /// UNKNOWN until a report was measured.
     pub(super) demand: f64,
+    /// The reports so far, smoothed.
+    pub(super) estimate: Estimate,
     pub(super) last_report: Instant,
     pub(super) last_busy: Instant,
     /// What Envoy holds from us.
@@ -88,6 +92,7 @@ impl<X> State<X> {
             key,
             Tracked {
                 demand: unknown,
+                estimate: Estimate::default(),
                 last_report: now,
                 last_busy: now,
                 held: None,
@@ -98,12 +103,13 @@ impl<X> State<X> {
     }
 
     /// A report of `key` at `now`: `busy` when it carried requests, and the
-    /// offered rate when it could be measured. Returns the shell's part.
+    /// requests offered over the seconds they came in, when measured.
+    /// Returns the shell's part.
     pub(super) fn report(
         &mut self,
         key: &Key,
         busy: bool,
-        rate: Option<f64>,
+        measured: Option<(u64, f64)>,
         now: Instant,
     ) -> Option<&mut X> {
         let b = self.buckets.get_mut(key)?;
@@ -111,8 +117,9 @@ impl<X> State<X> {
         if busy {
             b.last_busy = now;
         }
-        if let Some(r) = rate {
-            b.demand = r;
+        if let Some((requests, seconds)) = measured {
+            b.estimate.add(requests, seconds);
+            b.demand = b.estimate.claim();
         }
         Some(&mut b.shell)
     }
