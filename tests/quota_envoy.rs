@@ -176,3 +176,35 @@ fn a_departed_envoys_share_returns_and_a_rule_edit_reassigns_at_once() {
     let t = a.flood("acme", Duration::from_secs(5), Some(100.0), 2);
     assert!(t.ok() >= 50, "A admitted {} in 5 s at 12/s", t.ok());
 }
+
+/// The case that refused a quarter of a well-behaved client's requests: 120
+/// per minute (2/s), one Envoy at 18/s and one at 0.5/s. After two reports
+/// (10 s) to learn the demand, 30 s are counted: the quiet Envoy gets at
+/// least 14 of its 15 through, the busy one what is left, and the fleet
+/// stays within the rule plus the buckets' bursts.
+#[test]
+fn a_quiet_envoy_under_its_share_is_not_refused_beside_a_busy_one() {
+    let rules = partner_rules(120, "60s");
+    let sluice = Sluice::start(&[("api.yaml", &rules)], &[]);
+    let upstream = Upstream::start();
+    let busy = QuotaEnvoy::start(&sluice, &upstream);
+    let quiet = QuotaEnvoy::start(&sluice, &upstream);
+    warm(&[&sluice], &[&busy, &quiet], "partner-q");
+    let (b, q) = std::thread::scope(|s| {
+        let tb = s.spawn(|| {
+            busy.flood("partner-q", Duration::from_secs(10), Some(18.0), 2);
+            busy.flood("partner-q", Duration::from_secs(30), Some(18.0), 2)
+        });
+        let tq = s.spawn(|| {
+            quiet.flood("partner-q", Duration::from_secs(10), Some(0.5), 1);
+            quiet.flood("partner-q", Duration::from_secs(30), Some(0.5), 1)
+        });
+        (tb.join().unwrap(), tq.join().unwrap())
+    });
+    eprintln!("busy {b:?}, quiet {q:?}");
+    assert!(q.ok() >= 14, "the quiet Envoy was refused: {q:?}");
+    assert_eq!(b.other() + q.other(), 0);
+    // 60 in 30 s for the fleet; each bucket holds at most 6 more.
+    assert!(b.ok() + q.ok() <= 60 + 12, "{b:?} {q:?}");
+    assert!(b.ok() >= 20, "the busy Envoy got too little: {b:?}");
+}
