@@ -208,3 +208,34 @@ fn a_quiet_envoy_under_its_share_is_not_refused_beside_a_busy_one() {
     assert!(b.ok() + q.ok() <= 60 + 12, "{b:?} {q:?}");
     assert!(b.ok() >= 20, "the busy Envoy got too little: {b:?}");
 }
+
+/// A client that sends a new x-api-key with every request gets no budget
+/// from it: an unknown key is refused (401) before any bucket is made, and
+/// a forged x-partner-id beside a real key changes nothing, so the partner's
+/// budget holds and no bucket places are taken.
+#[test]
+fn rotating_the_api_key_buys_nothing() {
+    let rules = partner_rules(30, "60s");
+    let sluice = Sluice::start(&[("api.yaml", &rules)], &[]);
+    let upstream = Upstream::start();
+    let envoy = QuotaEnvoy::start(&sluice, &upstream);
+    warm(&[&sluice], &[&envoy], "initech");
+    let buckets = quota_metric(&sluice, "sluice_quota_envoys");
+    for i in 0..50 {
+        assert_eq!(envoy.get(&format!("rotated-{i}")), 401, "key {i}");
+    }
+    assert_eq!(
+        quota_metric(&sluice, "sluice_quota_envoys"),
+        buckets,
+        "no new buckets"
+    );
+    // The partner's own budget: 30 a minute whatever else it sends.
+    let forged = envoy.flood_with("initech", &[("x-partner-id", "someone-else")], 60);
+    assert!(forged.limited() > 0, "{forged:?}");
+    assert!(forged.ok() <= 30 + 6, "{forged:?}");
+    assert_eq!(
+        quota_metric(&sluice, "sluice_quota_envoys"),
+        buckets,
+        "still one bucket"
+    );
+}

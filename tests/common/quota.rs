@@ -30,6 +30,9 @@ impl Drop for Upstream {
     }
 }
 
+/// Partners the tests' Envoys know, each with its name as its key.
+pub const TEST_PARTNERS: [&str; 3] = ["acme", "partner-q", "initech"];
+
 /// One Envoy running `envoy/rlqs.yaml` with its addresses rewritten.
 pub struct QuotaEnvoy {
     pub port: u16,
@@ -60,6 +63,14 @@ impl QuotaEnvoy {
             .expect("render")
             .success();
         assert!(ok, "render envoy/rlqs.yaml");
+        // The tests' partners: each one's key is its name.
+        let text = std::fs::read_to_string(&config).expect("rendered");
+        let partners: String = TEST_PARTNERS
+            .iter()
+            .map(|p| format!("\n              - {{key: {p}, client: {p}}}"))
+            .collect();
+        let text = text.replacen("credentials:", &format!("credentials:{partners}"), 1);
+        std::fs::write(&config, text).expect("config");
         let child = spawn_envoy(&config, &dir.path().join("envoy.log"));
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
@@ -85,13 +96,33 @@ impl QuotaEnvoy {
     }
 
     fn try_get(&self, path: &str, key: Option<&str>) -> Option<u16> {
+        self.try_get_with(path, key, &[])
+    }
+
+    fn try_get_with(&self, path: &str, key: Option<&str>, headers: &[(&str, &str)]) -> Option<u16> {
         let mut req = self
             .agent
             .get(format!("http://127.0.0.1:{}{path}", self.port));
         if let Some(k) = key {
             req = req.header("x-api-key", k);
         }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
         req.call().ok().map(|r| r.status().as_u16())
+    }
+
+    /// `n` partner requests with `key` and `headers`, one after another.
+    pub fn flood_with(&self, key: &str, headers: &[(&str, &str)], n: usize) -> Tally {
+        let tally = Tally::default();
+        for _ in 0..n {
+            match self.try_get_with("/api/partner/orders", Some(key), headers) {
+                Some(200) => tally.ok.fetch_add(1, Relaxed),
+                Some(429) => tally.limited.fetch_add(1, Relaxed),
+                _ => tally.other.fetch_add(1, Relaxed),
+            };
+        }
+        tally
     }
 
     /// One partner request with `key`: the status.
