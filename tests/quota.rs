@@ -162,8 +162,8 @@ async fn buckets_map_to_rules_and_open_ones_are_allowed() {
     )
     .await;
     let got = s.next().await;
-    // 100 per 10s, one Envoy: all of it; a burst of one second (10).
-    assert_eq!(got["k1"], "100/10s max 50");
+    // 100 per 10s, one Envoy: all of it; a burst of a tenth of it (10).
+    assert_eq!(got["k1"], "100/10s max 10");
     assert_eq!(got["internal"], "allow");
     assert_eq!(got["nobody"], "allow");
     // Shadow mode: allowed, and what the share would deny is counted.
@@ -197,15 +197,15 @@ async fn a_second_envoy_halves_the_first_ones_share_without_a_report() {
     let sluice = Sluice::start(&[("api.yaml", RULES)], &[]);
     let mut a = open(&sluice).await.unwrap();
     a.report("api", vec![usage(PARTNER, 1, 0, 0)]).await;
-    assert_eq!(a.next().await["k1"], "100/10s max 50");
+    assert_eq!(a.next().await["k1"], "100/10s max 10");
     let mut b = open(&sluice).await.unwrap();
     b.report("api", vec![usage(PARTNER, 1, 0, 0)]).await;
-    assert_eq!(b.next().await["k1"], "50/10s max 25");
+    assert_eq!(b.next().await["k1"], "50/10s max 5");
     // Pushed to the first Envoy by the rebalance timer.
-    assert_eq!(a.next().await["k1"], "50/10s max 25");
+    assert_eq!(a.next().await["k1"], "50/10s max 5");
     // The second one leaves: the first gets everything back.
     drop(b);
-    assert_eq!(a.next().await["k1"], "100/10s max 50");
+    assert_eq!(a.next().await["k1"], "100/10s max 10");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -265,7 +265,7 @@ async fn malformed_reports_are_skipped_and_counted_and_break_nothing_else() {
     let err = bad.error().await;
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     good.report("api", vec![usage(PARTNER, 1, 0, 0)]).await;
-    assert_eq!(good.next().await["k1"], "100/10s max 50");
+    assert_eq!(good.next().await["k1"], "100/10s max 10");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -276,7 +276,7 @@ async fn streams_are_capped_and_idle_buckets_abandoned() {
     );
     let mut a = open(&sluice).await.unwrap();
     a.report("api", vec![usage(PARTNER, 0, 0, 0)]).await;
-    assert_eq!(a.next().await["k1"], "100/10s max 50");
+    assert_eq!(a.next().await["k1"], "100/10s max 10");
     let refused = match open(&sluice).await {
         Ok(mut s) => s.rx.message().await.expect_err("refused"),
         Err(status) => status,
@@ -309,7 +309,7 @@ async fn store_down_follows_the_failure_policy_and_says_so() {
     ));
     let mut a = open(&sluice).await.unwrap();
     a.report("api", vec![usage(PARTNER, 1, 0, 0)]).await;
-    assert_eq!(a.next().await["k1"], "100/10s max 50");
+    assert_eq!(a.next().await["k1"], "100/10s max 10");
     // The fleet lives in Redis, under a digest: no key in clear.
     let keys = redis.cli(&["KEYS", "*quota*"]);
     assert!(
@@ -339,9 +339,9 @@ async fn shutdown_renews_assignments_then_ends_the_stream() {
     let mut sluice = Sluice::start(&[("api.yaml", RULES)], &[]);
     let mut a = open(&sluice).await.unwrap();
     a.report("api", vec![usage(PARTNER, 1, 0, 0)]).await;
-    assert_eq!(a.next().await["k1"], "100/10s max 50");
+    assert_eq!(a.next().await["k1"], "100/10s max 10");
     sluice.signal("TERM");
-    assert_eq!(a.next().await["k1"], "100/10s max 50");
+    assert_eq!(a.next().await["k1"], "100/10s max 10");
     let end = tokio::time::timeout(Duration::from_secs(10), a.rx.message())
         .await
         .expect("the stream ends");
@@ -500,4 +500,38 @@ async fn the_instance_holds_no_more_buckets_than_its_cap() {
         assert!(std::time::Instant::now() < deadline, "b2 never got a place");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// After a start, the instance learns what the fleet holds before it
+/// assigns: two Envoys that report at once are told nothing until the
+/// learning ends (so neither is handed the whole budget while it looks
+/// alone), `/readyz` says so, and then each gets its share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_started_instance_learns_the_fleet_before_it_assigns() {
+    let sluice = Sluice::start(&[("api.yaml", RULES)], &["--quota-learning", "3s"]);
+    let learning = sluice.readyz()["quota"]["learning_seconds_left"]
+        .as_f64()
+        .unwrap_or(0.0);
+    assert!(learning > 0.0, "{:?}", sluice.readyz());
+    assert_eq!(
+        metric(&sluice.get("/metrics").1, "sluice_quota_learning"),
+        Some(1.0)
+    );
+    let mut a = open(&sluice).await.unwrap();
+    a.report("api", vec![usage(PARTNER, 1, 0, 0)]).await;
+    let mut b = open(&sluice).await.unwrap();
+    b.report("api", vec![usage(PARTNER, 1, 0, 0)]).await;
+    let early = tokio::time::timeout(Duration::from_millis(1500), a.rx.message()).await;
+    assert!(early.is_err(), "assigned while learning: {early:?}");
+    // Then both are sized for a fleet of two, never one.
+    assert_eq!(a.next().await["k1"], "50/10s max 5");
+    assert_eq!(b.next().await["k1"], "50/10s max 5");
+    assert_eq!(
+        sluice.readyz()["quota"]["learning_seconds_left"].as_f64(),
+        Some(0.0)
+    );
+    assert_eq!(
+        metric(&sluice.get("/metrics").1, "sluice_quota_learning"),
+        Some(0.0)
+    );
 }

@@ -270,7 +270,11 @@ async fn readyz(State(s): State<AdminState>) -> Response {
         },
         // Quota mode: Envoy streams open here, and what sizes their shares
         // (the store, or the failure policy while it is down).
-        "quota": {"streams": s.limiter.metrics().quota_streams(), "shares_from": store.in_use},
+        "quota": {
+            "streams": s.limiter.metrics().quota_streams(),
+            "shares_from": store.in_use,
+            "learning_seconds_left": s.limiter.metrics().quota_learning_left(),
+        },
     });
     // A degraded limiter still answers: only shutdown takes it out of rotation.
     let code = if draining {

@@ -67,6 +67,10 @@ pub struct QuotaArgs {
     /// and counted.
     #[arg(long, env = "SLUICE_QUOTA_MAX_BUCKETS_PER_PEER", default_value_t = QuotaOptions::default().max_buckets_per_peer)]
     pub(crate) quota_max_buckets_per_peer: usize,
+    /// After start, learn what the fleet holds for this long before assigning
+    /// (reports counted, nothing pushed; two reports by default).
+    #[arg(long, env = "SLUICE_QUOTA_LEARNING", default_value_t = Span(QuotaOptions::default().learning))]
+    pub(crate) quota_learning: Span,
     /// End a quota stream whose first report has not come within this.
     #[arg(long, env = "SLUICE_QUOTA_FIRST_REPORT_TIMEOUT", default_value_t = Span(QuotaOptions::default().first_report))]
     pub(crate) quota_first_report_timeout: Span,
@@ -94,6 +98,7 @@ impl QuotaArgs {
             max_buckets_per_peer: self.quota_max_buckets_per_peer,
             first_report: self.quota_first_report_timeout.0,
             stream_idle: self.quota_stream_idle.0,
+            learning: self.quota_learning.0,
         }
     }
 }

@@ -49,6 +49,8 @@ impl Skip {
 #[derive(Debug)]
 pub(super) struct QuotaMetrics {
     streams: AtomicI64,
+    /// Unix milliseconds until which the instance learns its fleets.
+    learning_until_ms: AtomicU64,
     skipped: [AtomicU64; Skip::ALL.len()],
     deferred: AtomicU64,
     rules: Arc<RuleTable>,
@@ -58,6 +60,7 @@ impl QuotaMetrics {
     pub(super) fn new(rules: Arc<RuleTable>) -> QuotaMetrics {
         QuotaMetrics {
             streams: AtomicI64::default(),
+            learning_until_ms: AtomicU64::default(),
             skipped: Default::default(),
             deferred: AtomicU64::default(),
             rules,
@@ -71,6 +74,19 @@ impl Metrics {
         self.quota
             .streams
             .fetch_add(if opened { 1 } else { -1 }, Relaxed);
+    }
+
+    /// The quota service learns its fleets for `period` from now.
+    pub fn quota_learning(&self, period: std::time::Duration) {
+        let until = crate::limiter::Now::wall_ms()
+            .saturating_add(u64::try_from(period.as_millis()).unwrap_or(u64::MAX));
+        self.quota.learning_until_ms.store(until, Relaxed);
+    }
+
+    /// Seconds the quota service still learns its fleets (0 once assigning).
+    pub fn quota_learning_left(&self) -> f64 {
+        let until = self.quota.learning_until_ms.load(Relaxed);
+        until.saturating_sub(crate::limiter::Now::wall_ms()) as f64 / 1000.0
     }
 
     /// Quota streams open now.
@@ -138,6 +154,16 @@ impl Collector for QuotaMetrics {
             "sluice_quota_streams",
             "Quota (RLQS) streams open.",
             self.streams.load(Relaxed),
+        )?;
+        let left = self
+            .learning_until_ms
+            .load(Relaxed)
+            .saturating_sub(crate::limiter::Now::wall_ms());
+        encode::gauge(
+            &mut enc,
+            "sluice_quota_learning",
+            "1 while the quota service learns its fleets after a start and assigns nothing.",
+            i64::from(left > 0),
         )?;
         encode::counters(
             &mut enc,

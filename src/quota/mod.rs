@@ -76,6 +76,10 @@ pub struct QuotaOptions {
     /// Buckets one peer's streams may hold together
     /// (`--quota-max-buckets-per-peer`).
     pub max_buckets_per_peer: usize,
+    /// After start, how long the instance learns what the fleet holds before
+    /// it assigns (`--quota-learning`): reports are counted and demand
+    /// written, but nothing is pushed, so Envoys keep what they hold.
+    pub learning: Duration,
     /// A stream whose first report has not come within this is ended
     /// (`--quota-first-report-timeout`).
     pub first_report: Duration,
@@ -98,6 +102,7 @@ impl Default for QuotaOptions {
             max_streams_per_peer: 64,
             max_buckets_per_peer: 2000,
             first_report: Duration::from_secs(10),
+            learning: Duration::from_secs(10),
             stream_idle: Duration::from_secs(60),
         }
     }
@@ -151,6 +156,15 @@ pub(crate) struct Shared {
     /// A random base for member ids, so two instances never share one.
     instance: u64,
     next: AtomicU64,
+    /// Until then the instance learns the fleet and assigns nothing.
+    learning_until: tokio::time::Instant,
+}
+
+impl Shared {
+    /// Whether the instance is still learning what the fleet holds.
+    pub(crate) fn learning(&self, now: tokio::time::Instant) -> bool {
+        now < self.learning_until
+    }
 }
 
 /// One bucket's place under `--quota-max-total-buckets` and its peer's
@@ -224,6 +238,7 @@ impl QuotaService {
             use std::hash::{BuildHasher, RandomState};
             RandomState::new().hash_one(std::process::id())
         };
+        metrics.quota_learning(opts.learning);
         QuotaService {
             shared: Arc::new(Shared {
                 rules,
@@ -238,6 +253,7 @@ impl QuotaService {
                 peers: peers::Peers::new(opts.max_streams_per_peer, opts.max_buckets_per_peer),
                 instance,
                 next: AtomicU64::new(1),
+                learning_until: tokio::time::Instant::now() + opts.learning,
             }),
             token,
         }

@@ -18,6 +18,9 @@ use crate::store::demand::{MemberDemand, UNKNOWN};
 const REPORT: f64 = 5.0;
 /// The model's step, seconds.
 const STEP: f64 = 0.01;
+/// Seconds a (re)started instance learns before it assigns
+/// (`--quota-learning`'s default): Envoys keep what they hold meanwhile.
+const LEARNING: f64 = 10.0;
 
 /// A small deterministic generator (xorshift), so every run is the same.
 struct Rng(u64);
@@ -127,10 +130,12 @@ fn run(s: Scenario, seed: u64) -> Outcome {
     let mut extra: std::collections::BTreeMap<u64, f64> = Default::default();
     let mut window_now = u64::MAX;
     let mut restarts = s.restarts.iter().copied().peekable();
+    let mut learning_until = LEARNING;
     let mut t = 0.0;
     while t < s.seconds {
         if restarts.peek().is_some_and(|r| t >= *r) {
             restarts.next();
+            learning_until = t + LEARNING;
             for e in &mut envoys {
                 e.estimate = Estimate::default();
             }
@@ -169,6 +174,9 @@ fn run(s: Scenario, seed: u64) -> Outcome {
         }
         for (pos, &i) in live.iter().enumerate() {
             let e = &mut envoys[i];
+            if t < learning_until {
+                continue;
+            }
             let new = Assignment::Bucket(bucket(
                 shares[pos],
                 s.limit,

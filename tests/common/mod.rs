@@ -96,6 +96,11 @@ impl Sluice {
     }
 
     fn spawn(mut cmd: Command, dir: &Path, grpc: &str, extra: &[&str]) -> Sluice {
+        // Quota mode assigns at once in tests; the test of the learning
+        // after a start asks for it.
+        if !cmd.get_envs().any(|(k, _)| k == "SLUICE_QUOTA_LEARNING") {
+            cmd.env("SLUICE_QUOTA_LEARNING", "0s");
+        }
         let mut child = cmd
             .arg("serve")
             .arg("--config")

@@ -176,6 +176,13 @@ impl QuotaStream {
                         .assignment(self.member, &members, self.shared.global_shadow)
                 }
             };
+            // Learning after a start: the demand is written and the fleet
+            // read, but Envoy keeps what it holds (or its no-assignment
+            // behaviour) until every Envoy of the fleet has had time to
+            // report, so nobody is handed a budget sized for a fleet of one.
+            if self.shared.learning(now) {
+                continue;
+            }
             let push = share::worth_pushing(b.held.as_ref(), &new);
             if only_changed && !push {
                 continue;
