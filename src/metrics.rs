@@ -16,6 +16,8 @@ use prometheus_client::encoding::prometheus_text;
 
 /// The `Content-Type` of [`Metrics::render`]'s text.
 pub(crate) const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
+use parking_lot::Mutex;
+use prometheus_client::collector::Collector;
 use prometheus_client::registry::Registry;
 
 /// Bounds on what runtime values can add to `/metrics`.
@@ -76,8 +78,9 @@ pub struct Metrics {
     quota: Arc<QuotaMetrics>,
     /// Bounds against hostile volume reached, by bound.
     bounds: Arc<BoundCounters>,
-    /// Each component's collector, in the order of the exposition.
-    registry: Registry,
+    /// Each component's collector, in the order of the exposition (locked
+    /// only to register one, at start, and by a scrape).
+    registry: Mutex<Registry>,
 }
 
 /// Which listener a connection came in on.
@@ -104,7 +107,7 @@ impl Metrics {
         let service = Arc::new(ServiceMetrics::default());
         let store = Arc::new(StoreMetrics::default());
         let conn = Arc::new(ConnMetrics::default());
-        let quota = Arc::new(QuotaMetrics::new(rules.clone()));
+        let quota = Arc::new(QuotaMetrics::default());
         let bounds = Arc::new(BoundCounters::default());
         let mut registry = Registry::default();
         registry.register_collector(Box::new(rules.clone()));
@@ -120,7 +123,7 @@ impl Metrics {
             conn,
             quota,
             bounds,
-            registry,
+            registry: Mutex::new(registry),
         }
     }
 
@@ -128,8 +131,13 @@ impl Metrics {
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(8192);
         // Writing to a String does not fail; a collector never errs either.
-        let _ = prometheus_text::encode(&mut out, &self.registry);
+        let _ = prometheus_text::encode(&mut out, &self.registry.lock());
         out
+    }
+
+    /// Adds a component's families, read at every scrape from then on.
+    pub(crate) fn register(&self, collector: Box<dyn Collector>) {
+        self.registry.lock().register_collector(collector);
     }
 
     /// The counters of a configured rule; the same `Arc` across reloads, so
@@ -245,7 +253,7 @@ impl Metrics {
 
 mod bounds;
 mod conn;
-mod encode;
+pub(crate) mod encode;
 mod quota;
 mod rules;
 mod service;

@@ -1,10 +1,10 @@
 //! The counters one rule counts into: the reference's per-rule counters
-//! (`total_hits`, `over_limit`, ...) and quota mode's. A compiled rule holds
+//! (`total_hits`, `over_limit`, ...) and refunds. A compiled rule holds
 //! its own; the metrics' rule table hands out the same ones across reloads,
 //! and observation (Prometheus, statsd, the console) reads them from there.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use crate::limiter::StatDelta;
 
@@ -18,15 +18,6 @@ pub struct RuleStats {
     pub shadow_mode: AtomicU64,
     /// Hits given back by refunds (`is_negative_hits`).
     pub refunded: AtomicU64,
-    /// Quota mode: requests Envoys reported allowed and denied.
-    pub quota_allowed: AtomicU64,
-    pub quota_denied: AtomicU64,
-    /// Quota mode: (Envoy, bucket) pairs reporting the rule to this instance.
-    pub quota_envoys: AtomicI64,
-    /// Quota mode: the rule's rate and the rate assigned to this instance's
-    /// Envoys, in thousandths of a request per second.
-    pub quota_limit_milli: AtomicU64,
-    pub quota_assigned_milli: AtomicI64,
     /// A `detailed_metric` label set (kept when its rule leaves: bounded by
     /// `--max-detailed-metrics`), not a configured rule.
     detailed: AtomicBool,

@@ -13,20 +13,20 @@ use prometheus_client::metrics::gauge::ConstGauge;
 
 use super::stats::{BUCKETS, Histogram};
 
-pub(super) type Result = std::result::Result<(), std::fmt::Error>;
+pub(crate) type Result = std::result::Result<(), std::fmt::Error>;
 
 /// One unlabelled counter.
-pub(super) fn counter(enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: u64) -> Result {
+pub(crate) fn counter(enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: u64) -> Result {
     ConstCounter::new(v).encode(enc.encode_descriptor(name, help, None, MetricType::Counter)?)
 }
 
 /// One unlabelled gauge.
-pub(super) fn gauge(enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: i64) -> Result {
+pub(crate) fn gauge(enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: i64) -> Result {
     ConstGauge::new(v).encode(enc.encode_descriptor(name, help, None, MetricType::Gauge)?)
 }
 
 /// A counter family: one series per label set.
-pub(super) fn counters<L: EncodeLabelSet>(
+pub(crate) fn counters<L: EncodeLabelSet>(
     enc: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,
@@ -40,7 +40,7 @@ pub(super) fn counters<L: EncodeLabelSet>(
 }
 
 /// A gauge family: one series per label set.
-pub(super) fn gauges<L: EncodeLabelSet, V: EncodeGaugeValue + std::fmt::Debug>(
+pub(crate) fn gauges<L: EncodeLabelSet, V: EncodeGaugeValue + std::fmt::Debug>(
     enc: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,

@@ -1,14 +1,13 @@
-//! Quota mode's metrics: streams, skipped report entries, and per rule the
-//! Envoys reporting it, what they allowed and denied, and the rate assigned.
+//! Quota mode's service-wide metrics: streams, learning, skipped report
+//! entries and deferred store calls. Its per-rule numbers are quota's own
+//! (`quota/stats.rs`), registered by the quota service.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 
-use super::rules::{RuleTable, labels};
-use super::{Metrics, RuleStats, encode};
+use super::{Metrics, encode};
 
 /// Why a quota usage report (one bucket of it) was skipped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,28 +43,14 @@ impl Skip {
     }
 }
 
-/// Quota mode's own counters; the per-rule ones live in each rule's
-/// [`RuleStats`], read through the rule table at a scrape.
-#[derive(Debug)]
+/// Quota mode's service-wide counters.
+#[derive(Debug, Default)]
 pub(super) struct QuotaMetrics {
     streams: AtomicI64,
     /// Unix milliseconds until which the instance learns its fleets.
     learning_until_ms: AtomicU64,
     skipped: [AtomicU64; Skip::ALL.len()],
     deferred: AtomicU64,
-    rules: Arc<RuleTable>,
-}
-
-impl QuotaMetrics {
-    pub(super) fn new(rules: Arc<RuleTable>) -> QuotaMetrics {
-        QuotaMetrics {
-            streams: AtomicI64::default(),
-            learning_until_ms: AtomicU64::default(),
-            skipped: Default::default(),
-            deferred: AtomicU64::default(),
-            rules,
-        }
-    }
 }
 
 impl Metrics {
@@ -110,43 +95,6 @@ impl Metrics {
     }
 }
 
-/// How a per-rule series reads its value from a rule's counters.
-#[derive(Clone, Copy)]
-enum Read {
-    Counter(fn(&RuleStats) -> u64),
-    Count(fn(&RuleStats) -> i64),
-    Rate(fn(&RuleStats) -> f64),
-}
-
-/// The per-rule series: name, help, and how to read it.
-const PER_RULE: [(&str, &str, Read); 5] = [
-    (
-        "sluice_quota_envoys",
-        "Envoys reporting a bucket of the rule to this instance (one per Envoy and bucket).",
-        Read::Count(|s| s.quota_envoys.load(Relaxed)),
-    ),
-    (
-        "sluice_quota_allowed",
-        "Requests Envoys reported allowed under the rule's assignments.",
-        Read::Counter(|s| s.quota_allowed.load(Relaxed)),
-    ),
-    (
-        "sluice_quota_denied",
-        "Requests Envoys reported denied under the rule's assignments.",
-        Read::Counter(|s| s.quota_denied.load(Relaxed)),
-    ),
-    (
-        "sluice_quota_assigned_per_second",
-        "Requests per second assigned to this instance's Envoys under the rule (sum over buckets).",
-        Read::Rate(|s| s.quota_assigned_milli.load(Relaxed) as f64 / 1000.0),
-    ),
-    (
-        "sluice_quota_limit_per_second",
-        "The rule's rate per bucket, requests per second.",
-        Read::Rate(|s| s.quota_limit_milli.load(Relaxed) as f64 / 1000.0),
-    ),
-];
-
 impl Collector for QuotaMetrics {
     fn encode(&self, mut enc: DescriptorEncoder<'_>) -> encode::Result {
         encode::gauge(
@@ -180,26 +128,6 @@ impl Collector for QuotaMetrics {
             "Quota-mode store calls put off by --quota-store-rate or --quota-stream-store-rate.",
             self.deferred.load(Relaxed),
         )?;
-        // Only the rules Envoys ever reported to this instance.
-        let rules = self.rules.snapshot();
-        let seen: Vec<_> = rules
-            .iter()
-            .filter(|(_, s)| s.quota_limit_milli.load(Relaxed) > 0)
-            .collect();
-        for (name, help, read) in PER_RULE {
-            let series = seen.iter().map(|(k, s)| (labels(k), &**s));
-            match read {
-                Read::Counter(f) => {
-                    encode::counters(&mut enc, name, help, series.map(|(l, s)| (l, f(s))))
-                }
-                Read::Count(f) => {
-                    encode::gauges(&mut enc, name, help, series.map(|(l, s)| (l, f(s))))
-                }
-                Read::Rate(f) => {
-                    encode::gauges(&mut enc, name, help, series.map(|(l, s)| (l, f(s))))
-                }
-            }?;
-        }
         Ok(())
     }
 }

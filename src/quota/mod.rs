@@ -17,6 +17,7 @@ mod estimate;
 mod fleets;
 mod peers;
 mod share;
+mod stats;
 mod stream;
 mod target;
 mod usage;
@@ -145,6 +146,8 @@ pub(crate) struct Shared {
     pub(crate) global_shadow: bool,
     /// Fleets read lately, shared by this instance's streams.
     fleets: fleets::Fleets,
+    /// Quota's own numbers per rule (registered with the metrics).
+    stats: Arc<stats::QuotaStats>,
     /// Store calls left to this instance's streams this second.
     budget: budget::SharedBudget,
     /// Buckets held by all streams (`max_total_buckets` at most).
@@ -239,6 +242,8 @@ impl QuotaService {
             RandomState::new().hash_one(std::process::id())
         };
         metrics.quota_learning(opts.learning);
+        let stats = Arc::new(stats::QuotaStats::default());
+        metrics.register(Box::new(stats.clone()));
         QuotaService {
             shared: Arc::new(Shared {
                 rules,
@@ -247,6 +252,7 @@ impl QuotaService {
                 opts,
                 global_shadow,
                 fleets: fleets::Fleets::default(),
+                stats,
                 budget: budget::SharedBudget::new(opts.store_rate),
                 held: AtomicUsize::new(0),
                 streams: Arc::new(Semaphore::new(opts.max_streams.max(1))),

@@ -8,6 +8,7 @@ use sha2::{Digest, Sha256};
 
 use super::Shared;
 use super::share::{Assignment, bucket, split};
+use super::stats::RuleQuota;
 use crate::config::{LimitDef, Rule};
 use crate::limiter::Algorithm;
 use crate::metrics::{Skip, StatDelta};
@@ -22,6 +23,8 @@ pub(super) enum Target {
 
 pub(super) struct Limited {
     rule: Arc<Rule>,
+    /// Quota's numbers of the rule.
+    quota: Arc<RuleQuota>,
     /// The demand table: the domain and a digest of the bucket's path, so
     /// no runtime value reaches the store in clear.
     table: String,
@@ -67,6 +70,7 @@ pub(super) fn resolve(shared: &Shared, domain: &str, key: &[(String, String)]) -
             let mut table = format!("{domain}:");
             crate::hex::push_hex(&mut table, h.finalize().get(..16).unwrap_or_default());
             Target::Limited(Limited {
+                quota: shared.stats.rule(domain, &m.rule.label),
                 rule: m.rule,
                 table,
                 limit: requests_per_unit,
@@ -124,10 +128,7 @@ impl Target {
         };
         let stats = &l.rule.stats;
         // Saturating: no report, however large, wraps a rule's counters.
-        for (c, n) in [
-            (&stats.quota_allowed, allowed),
-            (&stats.quota_denied, denied),
-        ] {
+        for (c, n) in [(&l.quota.allowed, allowed), (&l.quota.denied, denied)] {
             let _ = c.fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_add(n)));
         }
         let would_deny = match (l.share, l.rule.shadow_mode) {
@@ -152,13 +153,13 @@ impl Target {
     /// One more (or one fewer) Envoy reporting this rule here.
     pub(super) fn subscribe(&self, joined: bool) {
         if let Target::Limited(l) = self {
-            let q = &l.rule.stats;
+            let q = &l.quota;
             if joined {
-                q.quota_envoys.fetch_add(1, Relaxed);
+                q.envoys.fetch_add(1, Relaxed);
                 let milli = (f64::from(l.limit) / l.period as f64 * 1000.0) as u64;
-                q.quota_limit_milli.store(milli, Relaxed);
+                q.limit_milli.store(milli, Relaxed);
             } else {
-                q.quota_envoys.fetch_sub(1, Relaxed);
+                q.envoys.fetch_sub(1, Relaxed);
             }
         }
     }
@@ -176,6 +177,6 @@ impl Target {
             _ => 0,
         };
         let delta = rate(Some(new)) - rate(held);
-        l.rule.stats.quota_assigned_milli.fetch_add(delta, Relaxed);
+        l.quota.assigned_milli.fetch_add(delta, Relaxed);
     }
 }
