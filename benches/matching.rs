@@ -100,12 +100,11 @@ fn matching(c: &mut Criterion) {
     group.finish();
 }
 
-fn decision(c: &mut Criterion) {
-    let dir = dir_with(10);
+/// A limiter on the memory store with the rules in `dir`, and a runtime.
+fn limiter_on(dir: &std::path::Path) -> (RateLimiter, tokio::runtime::Runtime) {
     let metrics = Arc::new(Metrics::default());
-    let rules = Arc::new(
-        LiveRules::load(dir.path(), LoadOptions::default(), metrics.clone()).expect("rules"),
-    );
+    let rules =
+        Arc::new(LiveRules::load(dir, LoadOptions::default(), metrics.clone()).expect("rules"));
     let limiter = RateLimiter::new(
         rules,
         Arc::new(MemoryStore::default()),
@@ -115,6 +114,12 @@ fn decision(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime");
+    (limiter, runtime)
+}
+
+fn decision(c: &mut Criterion) {
+    let dir = dir_with(10);
+    let (limiter, runtime) = limiter_on(dir.path());
     let one = RateLimitRequest {
         domain: "bench".into(),
         descriptors: vec![descriptor(&[("remote_address", "10.1.2.3")])],
@@ -217,19 +222,7 @@ descriptors:
 ",
     )
     .expect("rules");
-    let metrics = Arc::new(Metrics::default());
-    let rules = Arc::new(
-        LiveRules::load(dir.path(), LoadOptions::default(), metrics.clone()).expect("rules"),
-    );
-    let limiter = RateLimiter::new(
-        rules,
-        Arc::new(MemoryStore::default()),
-        metrics,
-        Settings::default(),
-    );
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .expect("runtime");
+    let (limiter, runtime) = limiter_on(dir.path());
     let ask = |entries: &[(&str, &str)], refund: bool| RateLimitRequest {
         domain: "usage".into(),
         descriptors: vec![

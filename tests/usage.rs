@@ -164,8 +164,8 @@ impl Fleet {
             .sum()
     }
 
-    /// Requests that reached the upstream so far.
-    fn served(&self) -> u64 {
+    /// What the model says of its streams: `now` open, `served` so far.
+    fn llm(&self, field: &str) -> u64 {
         let r = self
             .agent
             .get(format!("http://127.0.0.1:{}/in-flight", self.llm.1))
@@ -173,7 +173,12 @@ impl Fleet {
             .expect("llm /in-flight");
         let v: serde_json::Value =
             serde_json::from_str(&r.into_body().read_to_string().expect("body")).expect("json");
-        v["served"].as_u64().expect("served")
+        v[field].as_u64().expect("a count")
+    }
+
+    /// Requests that reached the upstream so far.
+    fn served(&self) -> u64 {
+        self.llm("served")
     }
 }
 
@@ -331,14 +336,7 @@ fn a_settlement_clears_a_refusal_on_the_other_instance() {
 
 /// How many streams the model holds open now.
 fn in_flight(fleet: &Fleet) -> u64 {
-    let r = fleet
-        .agent
-        .get(format!("http://127.0.0.1:{}/in-flight", fleet.llm.1))
-        .call()
-        .expect("llm /in-flight");
-    let v: serde_json::Value =
-        serde_json::from_str(&r.into_body().read_to_string().expect("body")).expect("json");
-    v["now"].as_u64().expect("now")
+    fleet.llm("now")
 }
 
 /// At most three requests of a key in flight across both Envoys and both

@@ -99,22 +99,23 @@ impl Conn {
 
     /// The count after `incr`, or `None` when the key is missing.
     async fn incr(&mut self, key: &str, by: u64) -> Result<Option<u64>, StoreError> {
-        let reply = self.send(&format!("incr {key} {by}\r\n")).await?;
-        self.pending = false;
-        match reply.as_str() {
-            "NOT_FOUND" => Ok(None),
-            r if r.starts_with("CLIENT_ERROR") => Err(StoreError::Rejected(r.to_owned())),
-            r => r
-                .parse()
-                .map(Some)
-                .map_err(|_| StoreError::BadReply(format!("incr answered {r:.40}"))),
-        }
+        self.arithmetic("incr", key, by).await
     }
 
     /// The count after `decr` (memcached floors it at 0), or `None` when the
     /// key is missing: a refund never makes a counter.
     async fn decr(&mut self, key: &str, by: u64) -> Result<Option<u64>, StoreError> {
-        let reply = self.send(&format!("decr {key} {by}\r\n")).await?;
+        self.arithmetic("decr", key, by).await
+    }
+
+    /// `incr` or `decr` (`verb`): the count after, or `None` when missing.
+    async fn arithmetic(
+        &mut self,
+        verb: &str,
+        key: &str,
+        by: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        let reply = self.send(&format!("{verb} {key} {by}\r\n")).await?;
         self.pending = false;
         match reply.as_str() {
             "NOT_FOUND" => Ok(None),
@@ -122,7 +123,7 @@ impl Conn {
             r => r
                 .parse()
                 .map(Some)
-                .map_err(|_| StoreError::BadReply(format!("decr answered {r:.40}"))),
+                .map_err(|_| StoreError::BadReply(format!("{verb} answered {r:.40}"))),
         }
     }
 
