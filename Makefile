@@ -3,7 +3,7 @@ CARGO ?= cargo
 # Tests start real servers; keep parallelism sane on small machines.
 TEST_THREADS ?= 4
 
-.PHONY: run build test lint deps envoy bench instructions h2load fuzz soak stack stack-down compose-test clean
+.PHONY: run build test lint deps envoy bench instructions h2load fuzz soak fleet stack stack-down compose-test clean
 
 run:
 	$(CARGO) run --release -- serve --config descriptors
@@ -70,6 +70,11 @@ instructions: deps h2load
 	@command -v valgrind >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$SUDO apt-get install -y -q valgrind >/dev/null; }
 	$(CARGO) build --release --bin sluice --example noop_rls
 	$(CARGO) bench --bench instructions
+
+# Quota mode at fleet scale: 1000 RLQS streams x 10 buckets against one
+# sluice on Redis (FLEET_ENVOYS, FLEET_BUCKETS, FLEET_SECONDS to change).
+fleet: deps
+	$(CARGO) bench --bench fleet
 
 # Ten minutes at a steady rate with reloads and two Redis restarts; prints
 # memory, descriptors and connections over time (SOAK_SECONDS to shorten).
