@@ -133,9 +133,10 @@ fn skewed_demand_gives_the_busy_envoy_most_and_the_quiet_one_all_it_asks() {
         (tb.join().unwrap(), tq.join().unwrap())
     });
     eprintln!("busy {b:?}, quiet {q:?}");
-    assert!(b.ok() > 3 * q.ok(), "busy {} vs quiet {}", b.ok(), q.ok());
-    // Busy: most of the 6/s (4.75/s by the split) and never more than all.
-    assert!((55..=95).contains(&b.ok()), "busy admitted {}", b.ok());
+    assert!(b.ok() > 2 * q.ok(), "busy {} vs quiet {}", b.ok(), q.ok());
+    // Busy: most of the 6/s (about 4/s by the split, the quiet Envoy's
+    // claim being about twice its rate) and never more than all.
+    assert!((45..=95).contains(&b.ok()), "busy admitted {}", b.ok());
     assert!(q.limited() <= 1, "the quiet Envoy was refused: {q:?}");
 }
 
@@ -238,4 +239,38 @@ fn rotating_the_api_key_buys_nothing() {
         buckets,
         "still one bucket"
     );
+}
+
+/// A sluice restart with two Envoys attached: the new instance learns the
+/// fleet before it assigns (the Envoys keep enforcing what they hold
+/// meanwhile), so neither reconnecting Envoy is handed the whole budget,
+/// and a flood across the restart stays within the rule plus the bursts.
+#[test]
+fn a_restarted_sluice_learns_the_fleet_before_it_reassigns() {
+    let rules = partner_rules(LIMIT as u32, "20s");
+    let mut old = Sluice::start(&[("api.yaml", &rules)], &[]);
+    let upstream = Upstream::start();
+    let a = QuotaEnvoy::start(&old, &upstream);
+    let b = QuotaEnvoy::start(&old, &upstream);
+    warm(&[&old], &[&a, &b], "acme");
+    let grpc = old.grpc.to_string();
+    let dir = old.dir().to_path_buf();
+    old.signal("KILL");
+    old.wait(Duration::from_secs(10));
+    let new = Sluice::start_at(&dir, &grpc, &["--quota-learning", "10s"]);
+    assert!(
+        new.readyz()["quota"]["learning_seconds_left"]
+            .as_f64()
+            .unwrap_or(0.0)
+            > 0.0
+    );
+    let (oa, ob) = flood_both(&a, &b, "acme");
+    eprintln!("across a restart: {oa} + {ob}");
+    assert_within_limit(oa, ob);
+    // Learned, then assigned: both Envoys report to the new instance.
+    assert!(eventually(Duration::from_secs(15), || quota_metric(
+        &new,
+        "sluice_quota_envoys"
+    ) >= 2.0));
+    drop(old);
 }
