@@ -239,6 +239,14 @@ fn rotating_the_api_key_buys_nothing() {
         buckets,
         "still one bucket"
     );
+    // Cycling keys fast from one IP runs into its per-IP budget (100 a
+    // second, bursts of 200) before a key is even checked.
+    let statuses: Vec<u16> = (0..500).map(|i| envoy.get(&format!("fast-{i}"))).collect();
+    assert!(
+        statuses.iter().all(|s| *s == 401 || *s == 429),
+        "{statuses:?}"
+    );
+    assert!(statuses.contains(&429), "no per-IP bound");
 }
 
 /// A sluice restart with two Envoys attached: the new instance learns the
