@@ -3,14 +3,15 @@
 //!
 //! A quiet Envoy's report holds a handful of requests: 2 or 3 in 5 s reads
 //! as 0.4 or 0.6 per second, and a share cut to that refuses the request
-//! that comes a little early. So counts and seconds decay over reports (half
-//! their weight each report, about the last four reports counting), and the
+//! that comes a little early. So counts and seconds decay over reports (four
+//! fifths of their weight kept at each report, about the last five counting:
+//! shares move less, so buckets are replaced less), and the
 //! demand claimed is an upper bound on the rate that made those counts
 //! (Poisson: `n + 2√n + 1` requests over the seconds), which is twice the
 //! rate for a quiet Envoy and barely more than it for a busy one.
 
 /// The weight an older report keeps at each new one.
-const DECAY: f64 = 0.5;
+const DECAY: f64 = 0.8;
 
 /// Decayed counts and seconds of one bucket's reports.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]

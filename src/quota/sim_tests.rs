@@ -344,7 +344,7 @@ fn ten_envoys_one_flooding() {
         },
         11,
     );
-    holds(&o, 600, 0.015, 0.1);
+    holds(&o, 600, 0.01, 0.1);
 }
 
 #[test]
@@ -402,5 +402,5 @@ fn envoys_join_and_leave_a_restart_and_a_spike() {
         },
         17,
     );
-    holds(&o, 300, 0.01, 0.35);
+    holds(&o, 300, 0.01, 0.1);
 }
