@@ -26,26 +26,11 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_serv
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
-use proc::{env_or, fds, rss_kib};
+use proc::{cpu_seconds, env_or, fds, rss_kib};
 
 const RULES: &str = "domain: api\ndescriptors:\n  - key: tier\n    value: partner\n    descriptors:\n      - key: api_key\n        rate_limit: {unit: minute, requests_per_unit: 600000}\n";
 const PEERS: usize = 16;
 const REPORT: Duration = Duration::from_secs(5);
-
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    [11, 12]
-        .iter()
-        .filter_map(|&i| fields.get(i)?.parse::<f64>().ok())
-        .sum::<f64>()
-        / 100.0
-}
 
 fn report(buckets: usize) -> RateLimitQuotaUsageReports {
     RateLimitQuotaUsageReports {

@@ -11,6 +11,8 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "support/proc.rs"]
+mod proc;
 #[path = "support/shared.rs"]
 mod shared;
 
@@ -22,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use common::redis::RedisServer;
 use common::{Sluice, eventually};
+use proc::cpu_seconds;
 use shared::{RULES, grpc_body};
 
 const ROUNDS: usize = 5;
@@ -32,22 +35,6 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-/// CPU seconds (user + system) a process has used.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let ticks: f64 = [11, 12]
-        .iter()
-        .filter_map(|&i| fields.get(i)?.parse::<f64>().ok())
-        .sum();
-    ticks / 100.0
 }
 
 fn rss_bytes(pid: u32) -> u64 {

@@ -13,13 +13,15 @@ many streams are open now and at most so far, as JSON. Port 0 picks a free
 port; the first line on stdout says which.
 """
 
-import argparse
 import json
 import socket
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+# The demo upstream beside this file serves the same way.
+from upstream import serve
 
 CHUNKS = 4
 LOCK = threading.Lock()
@@ -78,19 +80,7 @@ class Model(BaseHTTPRequestHandler):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    args = parser.parse_args()
-    server = ThreadingHTTPServer((args.host, args.port), Model)
-    server.daemon_threads = True
-    host, port = server.server_address[:2]
-    print(f"listening on {host}:{port}", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    return 0
+    return serve(Model, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

@@ -48,12 +48,14 @@ class Echo(BaseHTTPRequestHandler):
         pass
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def serve(handler, description):
+    """Serves `handler` on --host and --port, saying the port first (the
+    LLM stand-in, envoy/llm.py, serves the same way)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args()
-    server = ThreadingHTTPServer((args.host, args.port), Echo)
+    server = ThreadingHTTPServer((args.host, args.port), handler)
     server.daemon_threads = True
     host, port = server.server_address[:2]
     print(f"listening on {host}:{port}", flush=True)
@@ -62,6 +64,10 @@ def main():
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def main():
+    return serve(Echo, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

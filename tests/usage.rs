@@ -152,6 +152,20 @@ impl Fleet {
             .unwrap_or_else(|| panic!("POST {path}: no answer from envoy {envoy}"))
     }
 
+    /// `n` requests at once, alternating Envoys: how many got 200.
+    fn concurrent(&self, n: usize, path: &str, headers: &[(&str, &str)]) -> usize {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..n)
+                .map(|i| s.spawn(move || self.post(i % 2, path, headers).status))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("request"))
+                .filter(|s| *s == 200)
+                .count()
+        })
+    }
+
     /// A rule's counter summed over both sluices (`total_hits` or `refunded_hits`).
     fn counted(&self, counter: &str, rule: &str) -> u64 {
         self.sluices
@@ -235,24 +249,10 @@ fn a_budget_charged_after_each_response_holds_within_one_responses_cost() {
 fn reserving_then_settling_bounds_what_concurrent_requests_overspend() {
     let fleet = Fleet::start();
     room_in_window(60, 30);
-    let burst = |path: &'static str, key: &'static str, extra: &'static [(&str, &str)]| {
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..10)
-                .map(|i| {
-                    let fleet = &fleet;
-                    s.spawn(move || {
-                        let mut headers = vec![("x-api-key", key), ("x-delay-ms", "1500")];
-                        headers.extend_from_slice(extra);
-                        fleet.post(i % 2, path, &headers).status
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("request"))
-                .filter(|s| *s == 200)
-                .count()
-        })
+    let burst = |path: &str, key: &str, extra: &[(&str, &str)]| {
+        let mut headers = vec![("x-api-key", key), ("x-delay-ms", "1500")];
+        headers.extend_from_slice(extra);
+        fleet.concurrent(10, path, &headers)
     };
     // Charged after: every check passes before anything is charged.
     let passed = burst("/v1/chat/completions", "after", &[("x-tokens", "240")]);
@@ -263,8 +263,8 @@ fn reserving_then_settling_bounds_what_concurrent_requests_overspend() {
 
     // Reserved: 200 each fits five times in 1000.
     let before = fleet.served();
-    const ESTIMATE: &[(&str, &str)] = &[("x-max-tokens", "200"), ("x-tokens", "240")];
-    let passed = burst("/v1/reserved/chat/completions", "reserved", ESTIMATE);
+    let estimate = [("x-max-tokens", "200"), ("x-tokens", "240")];
+    let passed = burst("/v1/reserved/chat/completions", "reserved", &estimate);
     assert_eq!(passed, 5);
     assert_eq!(fleet.served() - before, 5, "exactly five reached the model");
     // Settled: every estimate given back (the refused ones' too: a window
@@ -357,17 +357,7 @@ fn a_concurrency_limit_holds_across_the_fleet_and_a_crash_leaks_no_slot() {
         ("x-delay-ms", "2000"),
     ];
     let before = fleet.served();
-    let passed = std::thread::scope(|s| {
-        let fleet = &fleet;
-        let handles: Vec<_> = (0..8)
-            .map(|i| s.spawn(move || fleet.post(i % 2, "/v1/chat/completions", &slow).status))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("request"))
-            .filter(|s| *s == 200)
-            .count()
-    });
+    let passed = fleet.concurrent(8, "/v1/chat/completions", &slow);
     assert_eq!(passed, 3);
     assert_eq!(
         fleet.served() - before,

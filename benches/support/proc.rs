@@ -1,5 +1,10 @@
-//! What the soak benches read about a process and their settings: the
-//! environment, resident memory, open descriptors.
+//! What the benches read about a process and their settings: the
+//! environment, CPU time, resident memory, open descriptors.
+
+#![allow(
+    dead_code,
+    reason = "each bench that includes this reads only some of it"
+)]
 
 /// `name` from the environment as a number, or `default`.
 pub fn env_or(name: &str, default: u64) -> u64 {
@@ -32,4 +37,20 @@ pub fn fds(pid: u32) -> (usize, usize) {
         .filter(|l| l.to_string_lossy().starts_with("socket:"))
         .count();
     (links.len(), sockets)
+}
+
+/// CPU seconds (user + system) a process has used.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = [11, 12]
+        .iter()
+        .filter_map(|&i| fields.get(i)?.parse::<f64>().ok())
+        .sum();
+    ticks / 100.0
 }

@@ -6,7 +6,9 @@
 //!
 //! Bounded like the counters: at most `capacity` counters in all, and a
 //! counter holds at most its limit of slots (one past it is refused, not
-//! kept). When full, the counter whose last lease ends soonest makes room.
+//! kept). When full, the counter whose last lease ends soonest among a few
+//! makes room, in O(1): a full scan would let a flood of new keys walk the
+//! whole shard under its lock with every request.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -14,6 +16,7 @@ use std::hash::{BuildHasher, RandomState};
 use parking_lot::Mutex;
 
 use super::Increment;
+use super::memory::SAMPLE;
 use crate::limiter::Tally;
 
 const SHARDS: usize = 16;
@@ -94,10 +97,11 @@ impl Leases {
     }
 }
 
-/// Frees the counter whose last lease ends soonest.
+/// Frees the counter whose last lease ends soonest, of a sample.
 fn make_room(map: &mut HashMap<u64, Held>) {
     let soonest = map
         .iter()
+        .take(SAMPLE)
         .map(|(k, held)| (*k, held.iter().map(|(_, end)| *end).max().unwrap_or(0)))
         .min_by_key(|(_, end)| *end)
         .map(|(k, _)| k);
