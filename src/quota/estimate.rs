@@ -6,9 +6,14 @@
 //! that comes a little early. So counts and seconds decay over reports (four
 //! fifths of their weight kept at each report, about the last five counting:
 //! shares move less, so buckets are replaced less), and the
-//! demand claimed is an upper bound on the rate that made those counts
-//! (Poisson: `n + 2√n + 1` requests over the seconds), which is twice the
-//! rate for a quiet Envoy and barely more than it for a busy one.
+//! demand claimed is one standard deviation over the rate that made those
+//! counts (Poisson: `n + √n` requests over the seconds; an idle Envoy claims
+//! nothing and gets the split's floor): about 1.4 times
+//! the rate for a quiet Envoy and barely more than it for a busy one. The
+//! bucket's burst absorbs what is left of the quiet Envoy's jitter; a wider
+//! margin (two deviations, as before) kept budget from busy Envoys that the
+//! quiet ones never used: on the simulated fleet, one flooding Envoy among
+//! nine modest ones got 31% of its fair share.
 
 /// The weight an older report keeps at each new one.
 const DECAY: f64 = 0.8;
@@ -52,7 +57,7 @@ impl Estimate {
             return 0.0;
         }
         let n = self.requests;
-        (n + 2.0 * n.sqrt() + 1.0) / self.seconds
+        (n + n.sqrt()) / self.seconds
     }
 }
 
@@ -61,7 +66,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_quiet_envoy_claims_about_twice_its_rate_and_a_busy_one_little_more() {
+    fn a_quiet_envoy_claims_under_half_again_its_rate_and_a_busy_one_little_more() {
         let mut quiet = Estimate::default();
         let mut busy = Estimate::default();
         // 0.5 and 18 per second, reported every 5 s (2 and 3 requests in
@@ -72,7 +77,7 @@ mod tests {
         }
         assert!((quiet.rate() - 0.5).abs() < 0.05, "{}", quiet.rate());
         let q = quiet.claim() / quiet.rate();
-        assert!((1.7..2.6).contains(&q), "quiet claims {q}x");
+        assert!((1.2..1.6).contains(&q), "quiet claims {q}x");
         let b = busy.claim() / busy.rate();
         assert!((1.0..1.2).contains(&b), "busy claims {b}x");
         // Smoothed: one report of 2 and one of 3 move the claim little.
@@ -92,7 +97,10 @@ mod tests {
         assert!(!e.known());
         assert_eq!(e.claim(), 0.0);
         e.add(0, 5.0);
-        assert!(e.known());
-        assert!(e.claim() > 0.0, "an idle Envoy still claims a little");
+        assert!(
+            e.known(),
+            "an idle Envoy is known, and the split's floor keeps it a share"
+        );
+        assert_eq!(e.claim(), 0.0);
     }
 }

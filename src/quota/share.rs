@@ -2,8 +2,8 @@
 //! turning a share into the token bucket Envoy enforces. Pure arithmetic.
 //!
 //! The split is max-min fair by demand: every Envoy first gets what it asks
-//! for (the demand it claims, an upper bound on its recent rate, plus a tenth
-//! for growth, and never less than a floor), up to an equal part of what is
+//! for (the demand it claims, a deviation over its recent rate, and never
+//! less than a floor), up to an equal part of what is
 //! left; the budget the modest ones
 //! leave goes to the busy ones; anything still left is spread in proportion
 //! to demand. The shares always add up to the rule's rate, so the fleet as a
@@ -14,10 +14,6 @@
 use crate::limiter::Algorithm;
 use crate::store::demand::MemberDemand;
 
-/// Headroom over the demand claimed, so a growing Envoy is not refused before
-/// its next report shows the growth. Small: the claim is already an upper
-/// bound on the rate its reports came from (see `estimate.rs`).
-const HEADROOM: f64 = 1.1;
 /// The part of the budget set aside as a floor, split evenly: no Envoy's
 /// share falls below `FLOOR / k` of the rule, however quiet it has been.
 const FLOOR: f64 = 0.1;
@@ -32,6 +28,16 @@ const MIN_BURST: u32 = 6;
 /// bucket starts full, so this bounds what the fleet can admit beyond the
 /// rule at each round of replacements: a fifth of the count at most.
 const BURST_SHARE: f64 = 0.1;
+
+/// An Envoy that asks for this many times its share or more is pressed
+/// against it: it spends every token as it comes, so a burst serves it
+/// nothing, and each replacement that refills its bucket only lets it past
+/// the budget.
+const PRESSED: f64 = 1.5;
+/// Seconds of its share a pressed Envoy's bucket holds (windows), at least
+/// [`PRESSED_MIN_BURST`] tokens.
+const PRESSED_BURST_SECONDS: f64 = 1.0;
+const PRESSED_MIN_BURST: u32 = 2;
 
 /// A pushed assignment replaces Envoy's token bucket (which then starts
 /// full), so one is only pushed when the share moved by more than this.
@@ -60,7 +66,7 @@ pub fn split(rate: f64, members: &[MemberDemand]) -> Vec<f64> {
         .iter()
         .map(|m| {
             let d = if m.demand >= 0.0 { m.demand } else { unknown };
-            (d * HEADROOM).max(floor)
+            d.max(floor)
         })
         .collect();
     let mut order: Vec<(f64, usize)> = claims.iter().copied().zip(0..).collect();
@@ -106,10 +112,13 @@ pub enum Assignment {
 /// `tokens_per_fill` is the Envoy's part of the rule's count (whole requests,
 /// at least one). The burst is [`BURST_SECONDS`] of the share for windows
 /// (at least [`MIN_BURST`], at most [`BURST_SHARE`] of the Envoy's part of
-/// the count or of an even part among `fleet` Envoys), and the share's part
-/// of `burst` for a token-bucket rule.
+/// the count or of an even part among `fleet` Envoys; only
+/// [`PRESSED_BURST_SECONDS`] when the Envoy's `demand` is [`PRESSED`] times
+/// its share or more), and the share's part of `burst` for a token-bucket
+/// rule. A negative `demand` is unknown.
 pub fn bucket(
     share: f64,
+    demand: f64,
     limit: u32,
     period_seconds: u64,
     algorithm: Algorithm,
@@ -123,13 +132,15 @@ pub fn bucket(
         0.0
     };
     let tokens = whole(f64::from(limit) * fraction);
+    let cap = whole(f64::from(tokens).max(f64::from(limit) / fleet.max(1) as f64) * BURST_SHARE);
+    let (seconds, least) = if demand > 0.0 && demand >= share * PRESSED {
+        (PRESSED_BURST_SECONDS, PRESSED_MIN_BURST)
+    } else {
+        (BURST_SECONDS, MIN_BURST)
+    };
     let max = match algorithm {
         Algorithm::TokenBucket { burst, .. } => whole(f64::from(burst) * fraction),
-        _ => whole((share * BURST_SECONDS).ceil())
-            .max(MIN_BURST)
-            .min(whole(
-                (f64::from(tokens)).max(f64::from(limit) / fleet.max(1) as f64) * BURST_SHARE,
-            )),
+        _ => whole((share * seconds).ceil()).max(least).min(cap),
     };
     TokenBucket {
         max_tokens: max,

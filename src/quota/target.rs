@@ -13,7 +13,7 @@ use crate::config::{LimitDef, Rule};
 use crate::limiter::Algorithm;
 use crate::metrics::{Skip, StatDelta};
 use crate::store::FailurePolicy;
-use crate::store::demand::MemberDemand;
+use crate::store::demand::{MemberDemand, UNKNOWN};
 
 pub(super) enum Target {
     /// No rule limits the bucket (no match, `unlimited`, unknown domain).
@@ -106,18 +106,27 @@ impl Target {
         }
         let rate = f64::from(l.limit) / l.period as f64;
         let shares = split(rate, members);
-        let mine = members
-            .iter()
-            .position(|m| m.member == member)
+        let at = members.iter().position(|m| m.member == member);
+        let mine = at
             .and_then(|i| shares.get(i).copied())
             // Not in the table (a store that lost the write): an even part
             // with one more member.
             .unwrap_or(rate / (members.len() + 1) as f64);
+        let demand = at
+            .and_then(|i| members.get(i))
+            .map_or(UNKNOWN, |m| m.demand);
         l.share = Some(mine);
         if l.rule.shadow_mode || global_shadow {
             return Assignment::AllowAll;
         }
-        Assignment::Bucket(bucket(mine, l.limit, l.period, l.algorithm, members.len()))
+        Assignment::Bucket(bucket(
+            mine,
+            demand,
+            l.limit,
+            l.period,
+            l.algorithm,
+            members.len(),
+        ))
     }
 
     /// Counts a report: Envoy's own allowed and denied, and for a shadow

@@ -157,3 +157,21 @@ fn the_farewell_renews_only_what_envoy_holds() {
     assert_eq!(s.drain().len(), 2);
     assert_eq!(s.len(), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn whole_seconds_from_envoy_are_read_by_our_clock() {
+    // Envoy says 4 s for reports 4.9 s apart: 3 requests each is 0.61/s,
+    // not 0.75/s.
+    let mut s = state_with(&["a"]);
+    for _ in 0..20 {
+        advance(Duration::from_millis(4900)).await;
+        s.report(&key("a"), true, Some((3, 4.0)), Instant::now());
+    }
+    let rate = s.buckets[&key("a")].estimate.rate();
+    assert!((rate - 3.0 / 4.9).abs() < 1e-6, "{rate}");
+    // A report long after the last one keeps Envoy's own figure.
+    advance(Duration::from_secs(60)).await;
+    s.report(&key("a"), true, Some((600, 5.0)), Instant::now());
+    let rate = s.buckets[&key("a")].estimate.rate();
+    assert!(rate > 3.0 / 4.9 * 2.0, "{rate}");
+}
