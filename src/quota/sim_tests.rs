@@ -92,6 +92,9 @@ struct Outcome {
     /// What Envoys over their fair share admitted, over that share: 1 when
     /// the busy ones get all the budget the modest ones leave.
     over_got: f64,
+    /// The most the Envoys' live buckets refilled a second, together, over
+    /// the rule's rate (after warm-up).
+    live_most: f64,
 }
 
 /// The fair share of `rate` among true demands `d` (max-min): the level
@@ -142,6 +145,7 @@ fn run(s: Scenario, seed: u64) -> Outcome {
     let mut learning_until = LEARNING;
     // Admitted by over-share Envoys, and their fair share, after warm-up.
     let mut over = (0.0_f64, 0.0_f64);
+    let mut live_most = 0.0_f64;
     let mut t = 0.0;
     while t < s.seconds {
         if restarts.peek().is_some_and(|r| t >= *r) {
@@ -203,6 +207,18 @@ fn run(s: Scenario, seed: u64) -> Outcome {
                 }
                 e.held = Some(new);
             }
+        }
+        if t >= warmup && t >= learning_until {
+            let live_rate: f64 = live
+                .iter()
+                .filter_map(|i| match envoys[*i].held {
+                    Some(Assignment::Bucket(b)) => {
+                        Some(f64::from(b.tokens_per_fill) / f64::from(b.fill_interval_seconds))
+                    }
+                    _ => None,
+                })
+                .sum();
+            live_most = live_most.max(live_rate / rate);
         }
         // Requests in this step, each against its Envoy's bucket.
         for (pos, &i) in live.iter().enumerate() {
@@ -289,6 +305,7 @@ fn run(s: Scenario, seed: u64) -> Outcome {
         under_refused: refused as f64 / offered.max(1) as f64,
         under_offered: offered,
         over_got: if over.1 > 0.0 { over.0 / over.1 } else { 1.0 },
+        live_most,
     };
     if std::env::var("SIM_DEBUG").is_ok() {
         println!("  seed {seed}: {out:?}");
@@ -319,9 +336,10 @@ fn seeds(make: impl Fn() -> Scenario) -> Outcome {
         under_refused: refused / offered.max(1) as f64,
         under_offered: offered,
         over_got: all.iter().map(|o| o.over_got).fold(f64::INFINITY, f64::min),
+        live_most: all.iter().map(|o| o.live_most).fold(0.0, f64::max),
     };
     println!(
-        "{}: worst window {} of {} ({:.2}x, {:.0} from the bound); under-share refused {:.2}% of {}; over-share got {:.2} of their share",
+        "{}: worst window {} of {} ({:.2}x, {:.0} from the bound); under-share refused {:.2}% of {}; over-share got {:.2} of their share; live buckets at most {:.3} of the rate",
         name,
         out.worst_window,
         limit,
@@ -329,7 +347,8 @@ fn seeds(make: impl Fn() -> Scenario) -> Outcome {
         out.over_bound,
         out.under_refused * 100.0,
         out.under_offered,
-        out.over_got
+        out.over_got,
+        out.live_most
     );
     out
 }
@@ -345,7 +364,8 @@ fn always() -> (f64, f64) {
 /// Checks the bounds: under-share Envoys get all but `refused` of their
 /// requests through; in any window the fleet admits at most the budget plus
 /// the bursts held and granted in it, and at most `slack` of the budget more;
-/// and Envoys over their share get at least `got` of it.
+/// Envoys over their share get at least `got` of it; and the buckets live at
+/// one time refill at most a tenth over the rule's rate.
 fn holds(o: &Outcome, limit: u32, refused: f64, slack: f64, got: f64) {
     assert!(o.under_offered > 0, "no Envoy was under its share");
     assert!(
@@ -361,6 +381,13 @@ fn holds(o: &Outcome, limit: u32, refused: f64, slack: f64, got: f64) {
     let most = f64::from(limit) * (1.0 + slack);
     assert!(o.worst_window as f64 <= most, "{} > {most}", o.worst_window);
     assert!(o.over_got >= got, "over-share got {:.2}", o.over_got);
+    // Live buckets add up to the rate plus what the push rule lets one
+    // hold over its share.
+    assert!(
+        o.live_most <= 1.0 + super::share::CHANGE,
+        "live buckets at {:.3} of the rate",
+        o.live_most
+    );
 }
 
 #[test]
