@@ -2,7 +2,7 @@
 //! reporting FLEET_BUCKETS (10) buckets every 5 s as Envoy does, to one
 //! sluice instance counting in a real redis-server. The buckets are shared:
 //! every Envoy reports the same tenants, so each bucket's table holds the
-//! whole fleet. Streams come from 16 loopback addresses (each address a
+//! whole fleet, each Envoy with its own demand. Streams come from 16 loopback addresses (each address a
 //! peer, under `--quota-max-streams-per-peer`).
 //!
 //! Reported over FLEET_SECONDS (60) after every stream's first report: the
@@ -32,7 +32,7 @@ const RULES: &str = "domain: api\ndescriptors:\n  - key: tier\n    value: partne
 const PEERS: usize = 16;
 const REPORT: Duration = Duration::from_secs(5);
 
-fn report(buckets: usize) -> RateLimitQuotaUsageReports {
+fn report(buckets: usize, requests: u64) -> RateLimitQuotaUsageReports {
     RateLimitQuotaUsageReports {
         domain: "api".into(),
         bucket_quota_usages: (0..buckets)
@@ -49,7 +49,7 @@ fn report(buckets: usize) -> RateLimitQuotaUsageReports {
                     seconds: 5,
                     nanos: 0,
                 }),
-                num_requests_allowed: 20,
+                num_requests_allowed: requests,
                 num_requests_denied: 0,
             })
             .collect(),
@@ -65,10 +65,12 @@ struct Seen {
     worst_us: AtomicU64,
 }
 
-/// One Envoy: a report every 5 s until `until`, timing the first answer.
+/// One Envoy: a report of `requests` per bucket every 5 s until `until`,
+/// timing the first answer.
 async fn envoy(
     mut c: RateLimitQuotaServiceClient<tonic::transport::Channel>,
     buckets: usize,
+    requests: u64,
     phase: Duration,
     until: Instant,
     seen: Arc<Seen>,
@@ -84,7 +86,7 @@ async fn envoy(
     tokio::time::sleep(phase).await;
     while Instant::now() < until {
         let sent = Instant::now();
-        if tx.send(report(buckets)).await.is_err() {
+        if tx.send(report(buckets, requests)).await.is_err() {
             return;
         }
         seen.reports.fetch_add(1, Relaxed);
@@ -139,7 +141,10 @@ fn main() {
             let c = RateLimitQuotaServiceClient::new(channels[i % PEERS].clone());
             // Reports spread over the interval, as a fleet's are.
             let phase = REPORT * (i as u32) / (envoys as u32);
-            tokio::spawn(envoy(c, buckets, phase, until, seen.clone()));
+            // Demands differ, as in a real fleet (5 to 44 requests in 5 s), so
+            // every split sorts a thousand different claims.
+            let requests = 5 + (i as u64 * 7) % 40;
+            tokio::spawn(envoy(c, buckets, requests, phase, until, seen.clone()));
         }
         tokio::time::sleep(warm).await;
     });

@@ -2,7 +2,10 @@
 //! on one instance report the same bucket, their timers read its table from
 //! the store once per half interval between them, not once each. A stream
 //! still writes its own demand on every report, and at least every third of
-//! the assignment TTL, so its entry never expires while it lives.
+//! the assignment TTL, so its entry never expires while it lives. The split
+//! of a read is made once and shared too: a thousand Envoys on one bucket
+//! would otherwise each sort the thousand demands every rebalance interval
+//! (`make fleet` measured 0.38 of a core for that, against 0.15).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,15 +14,20 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
+use super::share::split;
 use crate::store::demand::MemberDemand;
 
 /// Tables remembered at most; past it, stale ones go, then everything.
 const MAX_TABLES: usize = 100_000;
 
-/// A fleet as read, and when.
-type Read = (Instant, Arc<[MemberDemand]>);
+/// A fleet as read, when, and its split once made (with the rate it split).
+struct Read {
+    at: Instant,
+    members: Arc<[MemberDemand]>,
+    shares: Option<(f64, Arc<[f64]>)>,
+}
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(super) struct Fleets {
     tables: Mutex<HashMap<String, Read>>,
 }
@@ -35,11 +43,11 @@ impl Fleets {
         demand: f64,
     ) -> Option<Vec<MemberDemand>> {
         let tables = self.tables.lock();
-        let (at, members) = tables.get(table)?;
-        if at.elapsed() > fresh {
+        let read = tables.get(table)?;
+        if read.at.elapsed() > fresh {
             return None;
         }
-        let mut out: Vec<MemberDemand> = members.to_vec();
+        let mut out: Vec<MemberDemand> = read.members.to_vec();
         match out.iter_mut().find(|m| m.member == member) {
             Some(m) => m.demand = demand,
             None => out.push(MemberDemand { member, demand }),
@@ -47,15 +55,63 @@ impl Fleets {
         Some(out)
     }
 
+    /// `member`'s share of `rate` and the fleet's size, from the fleet of
+    /// `table` read within `fresh`, when that read holds `member` with the
+    /// `demand` it has now (else [`Fleets::get`] and a split of its own).
+    pub(super) fn share(
+        &self,
+        table: &str,
+        fresh: Duration,
+        member: u64,
+        demand: f64,
+        rate: f64,
+    ) -> Option<(f64, usize)> {
+        let (members, shares) = {
+            let tables = self.tables.lock();
+            let read = tables.get(table)?;
+            if read.at.elapsed() > fresh {
+                return None;
+            }
+            let shares = read
+                .shares
+                .as_ref()
+                .filter(|(r, _)| *r == rate)
+                .map(|(_, s)| s.clone());
+            (read.members.clone(), shares)
+        };
+        let at = members
+            .iter()
+            .position(|m| m.member == member && m.demand == demand)?;
+        let shares = match shares {
+            Some(s) => s,
+            None => {
+                // Made outside the lock; two streams may both make it.
+                let s: Arc<[f64]> = Arc::from(split(rate, &members));
+                if let Some(read) = self.tables.lock().get_mut(table)
+                    && Arc::ptr_eq(&read.members, &members)
+                {
+                    read.shares = Some((rate, s.clone()));
+                }
+                s
+            }
+        };
+        Some((*shares.get(at)?, members.len()))
+    }
+
     pub(super) fn put(&self, table: &str, members: &[MemberDemand], fresh: Duration) {
         let mut tables = self.tables.lock();
         if tables.len() >= MAX_TABLES && !tables.contains_key(table) {
-            tables.retain(|_, (at, _)| at.elapsed() <= fresh);
+            tables.retain(|_, read| read.at.elapsed() <= fresh);
             if tables.len() >= MAX_TABLES {
                 tables.clear();
             }
         }
-        tables.insert(table.to_owned(), (Instant::now(), Arc::from(members)));
+        let read = Read {
+            at: Instant::now(),
+            members: Arc::from(members),
+            shares: None,
+        };
+        tables.insert(table.to_owned(), read);
     }
 }
 
@@ -87,5 +143,27 @@ mod tests {
         );
         tokio::time::advance(Duration::from_millis(600)).await;
         assert!(f.get("t", fresh, 2, 1.0).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_split_is_made_once_per_read_and_only_for_what_was_read() {
+        let f = Fleets::default();
+        let fresh = Duration::from_millis(500);
+        let m = |member, demand| MemberDemand { member, demand };
+        f.put("t", &[m(1, 1.0), m(2, 30.0)], fresh);
+        let whole = split(10.0, &[m(1, 1.0), m(2, 30.0)]);
+        assert_eq!(f.share("t", fresh, 1, 1.0, 10.0), Some((whole[0], 2)));
+        assert_eq!(f.share("t", fresh, 2, 30.0, 10.0), Some((whole[1], 2)));
+        // Another rate on the same table: split again, not the memo.
+        let other = split(4.0, &[m(1, 1.0), m(2, 30.0)]);
+        assert_eq!(f.share("t", fresh, 2, 30.0, 4.0), Some((other[1], 2)));
+        // A demand moved since the read, or a member not in it: no share.
+        assert_eq!(f.share("t", fresh, 1, 2.0, 10.0), None);
+        assert_eq!(f.share("t", fresh, 3, 1.0, 10.0), None);
+        // A new read drops the old split.
+        f.put("t", &[m(1, 1.0), m(2, 1.0)], fresh);
+        assert_eq!(f.share("t", fresh, 2, 1.0, 10.0), Some((5.0, 2)));
+        tokio::time::advance(Duration::from_millis(600)).await;
+        assert_eq!(f.share("t", fresh, 2, 1.0, 10.0), None);
     }
 }

@@ -91,6 +91,14 @@ impl Target {
         }
     }
 
+    /// The rule's rate, requests per second, when it shares a budget.
+    pub(super) fn rate(&self) -> Option<f64> {
+        match self {
+            Target::Limited(l) if l.limit > 0 => Some(f64::from(l.limit) / l.period as f64),
+            _ => None,
+        }
+    }
+
     /// This member's assignment given the fleet's demands.
     pub(super) fn assignment(
         &mut self,
@@ -98,13 +106,9 @@ impl Target {
         members: &[MemberDemand],
         global_shadow: bool,
     ) -> Assignment {
-        let Target::Limited(l) = self else {
-            return Assignment::AllowAll;
+        let Some(rate) = self.rate() else {
+            return self.with_share(0.0, UNKNOWN, members.len(), global_shadow);
         };
-        if l.limit == 0 {
-            return Assignment::DenyAll;
-        }
-        let rate = f64::from(l.limit) / l.period as f64;
         let shares = split(rate, members);
         let at = members.iter().position(|m| m.member == member);
         let mine = at
@@ -115,18 +119,29 @@ impl Target {
         let demand = at
             .and_then(|i| members.get(i))
             .map_or(UNKNOWN, |m| m.demand);
+        self.with_share(mine, demand, members.len(), global_shadow)
+    }
+
+    /// The assignment of a share of `mine` for an Envoy claiming `demand`
+    /// among `fleet` Envoys.
+    pub(super) fn with_share(
+        &mut self,
+        mine: f64,
+        demand: f64,
+        fleet: usize,
+        global_shadow: bool,
+    ) -> Assignment {
+        let Target::Limited(l) = self else {
+            return Assignment::AllowAll;
+        };
+        if l.limit == 0 {
+            return Assignment::DenyAll;
+        }
         l.share = Some(mine);
         if l.rule.shadow_mode || global_shadow {
             return Assignment::AllowAll;
         }
-        Assignment::Bucket(bucket(
-            mine,
-            demand,
-            l.limit,
-            l.period,
-            l.algorithm,
-            members.len(),
-        ))
+        Assignment::Bucket(bucket(mine, demand, l.limit, l.period, l.algorithm, fleet))
     }
 
     /// Counts a report: Envoy's own allowed and denied, and for a shadow

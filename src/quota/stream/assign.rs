@@ -9,6 +9,7 @@ use super::QuotaStream;
 use crate::quota::action::{assignment, bucket_id};
 use crate::quota::budget::fair_rate;
 use crate::quota::share::{self, Assignment};
+use crate::quota::target::Target;
 use crate::store::demand::{DemandUpdate, Fleet};
 
 /// How a bucket gets its fleet this round.
@@ -17,6 +18,9 @@ enum Plan {
     NoTable,
     /// Read lately by another stream of this instance.
     Cached(Fleet),
+    /// Read lately and split already: this stream's share, and the fleet's
+    /// size.
+    Shared(f64, usize),
     /// Write this stream's demand and read the fleet.
     Call(DemandUpdate),
     /// The budgets are spent: keep what Envoy holds.
@@ -27,6 +31,7 @@ enum Plan {
 enum Got {
     NoTable,
     Cached(Fleet),
+    Shared(f64, usize),
     Called(Fleet),
     Deferred,
 }
@@ -46,6 +51,13 @@ impl QuotaStream {
         let written_lately = b.written.is_some_and(|w| now.duration_since(w) < ttl / 3);
         if only_changed && written_lately {
             let fresh = self.shared.opts.rebalance / 2;
+            let fleets = &self.shared.fleets;
+            let rate = b.shell.target.rate();
+            if let Some((mine, fleet)) =
+                rate.and_then(|r| fleets.share(table, fresh, self.member, b.demand, r))
+            {
+                return Plan::Shared(mine, fleet);
+            }
             if let Some(members) = self.shared.fleets.get(table, fresh, self.member, b.demand) {
                 return Plan::Cached(Fleet::Members(members));
             }
@@ -130,6 +142,7 @@ impl QuotaStream {
                     Got::Called(fleet)
                 }
                 Plan::Cached(fleet) => Got::Cached(fleet),
+                Plan::Shared(mine, fleet) => Got::Shared(mine, fleet),
                 Plan::NoTable => Got::NoTable,
                 Plan::Deferred => Got::Deferred,
             }
@@ -151,13 +164,17 @@ impl QuotaStream {
             let Some(b) = self.state.buckets.get_mut(key) else {
                 continue;
             };
-            let fleet = match got {
+            let shadow = self.shared.global_shadow;
+            let new = match got {
                 Got::Called(fleet) => {
                     b.written = Some(now);
-                    Some(fleet)
+                    from_fleet(&mut b.shell.target, self.member, fleet, shadow)
                 }
-                Got::Cached(fleet) => Some(fleet),
-                Got::NoTable => None,
+                Got::Cached(fleet) => from_fleet(&mut b.shell.target, self.member, fleet, shadow),
+                Got::Shared(mine, fleet) => {
+                    b.shell.target.with_share(mine, b.demand, fleet, shadow)
+                }
+                Got::NoTable => Assignment::AllowAll,
                 Got::Deferred => {
                     // Envoy keeps what it holds: renewed when it reports, left
                     // alone by the timer. A new bucket waits for the timer.
@@ -165,15 +182,6 @@ impl QuotaStream {
                         actions.push(assignment(bucket_id(key), &held, ttl));
                     }
                     continue;
-                }
-            };
-            let new = match fleet {
-                None | Some(Fleet::Allow) => Assignment::AllowAll,
-                Some(Fleet::Deny) => Assignment::DenyAll,
-                Some(Fleet::Members(members)) => {
-                    b.shell
-                        .target
-                        .assignment(self.member, &members, self.shared.global_shadow)
                 }
             };
             // Learning after a start: the demand is written and the fleet
@@ -196,5 +204,14 @@ impl QuotaStream {
             actions.push(assignment(bucket_id(key), &give, ttl));
         }
         actions
+    }
+}
+
+/// What a fleet read comes to for `member` of `target`.
+fn from_fleet(target: &mut Target, member: u64, fleet: Fleet, shadow: bool) -> Assignment {
+    match fleet {
+        Fleet::Allow => Assignment::AllowAll,
+        Fleet::Deny => Assignment::DenyAll,
+        Fleet::Members(members) => target.assignment(member, &members, shadow),
     }
 }
