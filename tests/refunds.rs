@@ -2,14 +2,15 @@
 //! every shape: hits given back are spendable again, a counter never goes
 //! below empty and a refund never makes one, a refund is never OVER_LIMIT
 //! and never a hit in the metrics, and no instance keeps refusing from its
-//! local over-limit cache once a refund brought the counter back under.
+//! local over-limit cache once a refund brought the counter back under; on
+//! a sentinel, on the fallback and in shadow mode as well.
 
 mod common;
 
 use std::time::Duration;
 
 use common::memcache::Memcached;
-use common::redis::{RedisCluster, RedisServer};
+use common::redis::{RedisCluster, RedisSentinel, RedisServer, free_port};
 use common::*;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use tonic::transport::Channel;
@@ -27,6 +28,9 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1, algorithm: token_bucket, burst: 10}
   - key: plain
     rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 10, refundable: true}
 ";
 
 const SHAPES: [&str; 3] = ["fixed", "sliding", "bucket"];
@@ -173,4 +177,60 @@ async fn no_instance_refuses_from_its_cache_after_a_refund() {
             assert_eq!(spend(&mut ca, key, "k", 1).await, 1, "a forgot its entry");
         }
     }
+}
+
+/// The stores and modes the first test leaves out: Redis behind a sentinel,
+/// the memory fallback a dead Redis leaves, and a shadow-mode rule, whose
+/// refunds move the counter its would-be refusals are counted from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refunds_on_a_sentinel_through_the_fallback_and_in_shadow_mode() {
+    let master = RedisServer::start();
+    let sentinel = RedisSentinel::start("mymaster", master.port);
+    let spec = format!("mymaster@127.0.0.1:{}", sentinel.port);
+    let on_sentinel = start(&["--redis-sentinel", &spec, "--redis-timeout", "2s"]);
+    every_shape(&mut on_sentinel.client().await, "sentinel").await;
+
+    // Nothing listens on this port: every call fails and the fallback counts.
+    let dead = format!("redis://127.0.0.1:{}", free_port());
+    let s = Sluice::start(
+        &[("usage.yaml", RULES)],
+        &["--redis-url", &dead, "--store-failure", "fallback"],
+    );
+    let mut c = s.client().await;
+    assert_eq!(spend(&mut c, "fixed", "fb", 10).await, 10);
+    assert_eq!(spend(&mut c, "fixed", "fb", 1).await, 0);
+    send(&mut c, "fixed", "fb", 5, true).await;
+    assert_eq!(
+        spend(&mut c, "fixed", "fb", 6).await,
+        4,
+        "given back on the fallback"
+    );
+    assert!(
+        s.readyz().to_string().contains("fallback"),
+        "{:?}",
+        s.readyz()
+    );
+
+    // Shadow mode: everything passes; refusals it would have made are counted.
+    let memory = start(&[]);
+    let mut c = memory.client().await;
+    let shadowed = |m: &Sluice| {
+        metric(
+            &m.get("/metrics").1,
+            "sluice_rule_shadow_mode_total{domain=\"usage\",rule=\"shadow\"}",
+        )
+        .unwrap_or(0.0)
+    };
+    assert_eq!(spend(&mut c, "shadow", "k", 11).await, 11);
+    assert_eq!(shadowed(&memory), 1.0);
+    // 11 counted, 5 given back: 4 more pass unremarked, the fifth would not.
+    send(&mut c, "shadow", "k", 5, true).await;
+    assert_eq!(spend(&mut c, "shadow", "k", 4).await, 4);
+    assert_eq!(
+        shadowed(&memory),
+        1.0,
+        "a refund made room in shadow mode too"
+    );
+    assert_eq!(spend(&mut c, "shadow", "k", 1).await, 1);
+    assert_eq!(shadowed(&memory), 2.0);
 }
