@@ -8,7 +8,10 @@ caller's budget when the stream ends. Standard library only.
 
 What a request used is the `x-tokens` request header (default 100), so a
 demo or a test chooses the cost; `x-delay-ms` (default 0) spreads the stream
-over that long, so requests can be held in flight. `GET /in-flight` says how
+over that long, so requests can be held in flight, and with `x-hold: 1` a
+response waits (at most 30 s) while the gate is shut (`GET /gate/shut`, then
+`GET /gate/open`), so a test holds its requests in flight for as long as it
+needs. `GET /in-flight` says how
 many streams are open now and at most so far, as JSON. Port 0 picks a free
 port; the first line on stdout says which.
 """
@@ -26,6 +29,8 @@ from upstream import serve
 CHUNKS = 4
 LOCK = threading.Lock()
 STATE = {"now": 0, "peak": 0, "served": 0}
+GATE = threading.Event()
+GATE.set()
 
 
 class Model(BaseHTTPRequestHandler):
@@ -43,6 +48,11 @@ class Model(BaseHTTPRequestHandler):
                 STATE["served"] += 1
 
     def do_GET(self):
+        if self.path in ("/gate/shut", "/gate/open"):
+            (GATE.clear if self.path == "/gate/shut" else GATE.set)()
+            self.send_response(204)
+            self.end_headers()
+            return None
         if self.path != "/in-flight":
             return self.do_POST()
         with LOCK:
@@ -60,6 +70,8 @@ class Model(BaseHTTPRequestHandler):
         tokens = int(self.headers.get("x-tokens") or 100)
         delay = int(self.headers.get("x-delay-ms") or 0) / 1000.0
         self._count(1)
+        if self.headers.get("x-hold"):
+            GATE.wait(timeout=30)
         try:
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")

@@ -152,18 +152,50 @@ impl Fleet {
             .unwrap_or_else(|| panic!("POST {path}: no answer from envoy {envoy}"))
     }
 
-    /// `n` requests at once, alternating Envoys: how many got 200.
-    fn concurrent(&self, n: usize, path: &str, headers: &[(&str, &str)]) -> usize {
-        std::thread::scope(|s| {
+    /// `n` requests at once, alternating Envoys, those that reach the model
+    /// held there until `held` are in flight and the rest answered: how many
+    /// got 200. Nothing ends before every check was made, however slowly
+    /// the requests start.
+    fn held(&self, n: usize, held: usize, path: &str, headers: &[(&str, &str)]) -> usize {
+        let mut headers = headers.to_vec();
+        headers.push(("x-hold", "1"));
+        self.gate("shut");
+        let answered = std::sync::atomic::AtomicUsize::new(0);
+        let ok = std::thread::scope(|s| {
             let handles: Vec<_> = (0..n)
-                .map(|i| s.spawn(move || self.post(i % 2, path, headers).status))
+                .map(|i| {
+                    let (headers, answered) = (&headers, &answered);
+                    s.spawn(move || {
+                        let status = self.post(i % 2, path, headers).status;
+                        answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        status
+                    })
+                })
                 .collect();
-            handles
+            let settled = eventually(Duration::from_secs(10), || {
+                answered.load(std::sync::atomic::Ordering::Relaxed) >= n - held
+                    && self.llm("now") >= held as u64
+            });
+            self.gate("open");
+            let ok = handles
                 .into_iter()
                 .map(|h| h.join().expect("request"))
                 .filter(|s| *s == 200)
-                .count()
-        })
+                .count();
+            (settled, ok)
+        });
+        self.gate("open");
+        assert!(
+            ok.0,
+            "{} of {n} passed, not {held} held and the rest answered",
+            ok.1
+        );
+        ok.1
+    }
+
+    fn gate(&self, to: &str) {
+        let url = format!("http://127.0.0.1:{}/gate/{to}", self.llm.1);
+        assert!(self.agent.get(url).call().is_ok(), "gate {to}");
     }
 
     /// A rule's counter summed over both sluices (`total_hits` or `refunded_hits`).
@@ -249,13 +281,13 @@ fn a_budget_charged_after_each_response_holds_within_one_responses_cost() {
 fn reserving_then_settling_bounds_what_concurrent_requests_overspend() {
     let fleet = Fleet::start();
     room_in_window(60, 30);
-    let burst = |path: &str, key: &str, extra: &[(&str, &str)]| {
-        let mut headers = vec![("x-api-key", key), ("x-delay-ms", "1500")];
+    let burst = |path: &str, key: &str, extra: &[(&str, &str)], held: usize| {
+        let mut headers = vec![("x-api-key", key)];
         headers.extend_from_slice(extra);
-        fleet.concurrent(10, path, &headers)
+        fleet.held(10, held, path, &headers)
     };
     // Charged after: every check passes before anything is charged.
-    let passed = burst("/v1/chat/completions", "after", &[("x-tokens", "240")]);
+    let passed = burst("/v1/chat/completions", "after", &[("x-tokens", "240")], 10);
     assert_eq!(passed, 10, "the overspend reserving prevents");
     assert!(eventually(Duration::from_secs(10), || fleet
         .counted("total_hits", AFTER)
@@ -264,7 +296,7 @@ fn reserving_then_settling_bounds_what_concurrent_requests_overspend() {
     // Reserved: 200 each fits five times in 1000.
     let before = fleet.served();
     let estimate = [("x-max-tokens", "200"), ("x-tokens", "240")];
-    let passed = burst("/v1/reserved/chat/completions", "reserved", &estimate);
+    let passed = burst("/v1/reserved/chat/completions", "reserved", &estimate, 5);
     assert_eq!(passed, 5);
     assert_eq!(fleet.served() - before, 5, "exactly five reached the model");
     // Settled: every estimate given back (the refused ones' too: a window
@@ -351,13 +383,9 @@ fn a_concurrency_limit_holds_across_the_fleet_and_a_crash_leaks_no_slot() {
             .replace("lease: 10m", "lease: 4s")
     });
     room_in_window(60, 30);
-    let slow = [
-        ("x-api-key", "agent"),
-        ("x-tokens", "1"),
-        ("x-delay-ms", "2000"),
-    ];
+    let slow = [("x-api-key", "agent"), ("x-tokens", "1")];
     let before = fleet.served();
-    let passed = fleet.concurrent(8, "/v1/chat/completions", &slow);
+    let passed = fleet.held(8, 3, "/v1/chat/completions", &slow);
     assert_eq!(passed, 3);
     assert_eq!(
         fleet.served() - before,
