@@ -339,20 +339,21 @@ fn a_settlement_clears_a_refusal_on_the_other_instance() {
     ];
     // One reservation of 600 in flight through Envoy 0; a second of 600
     // through Envoy 1 does not fit.
+    fleet.gate("shut");
     std::thread::scope(|s| {
         let fleet = &fleet;
         let slow = s.spawn(move || {
             let mut h = key.to_vec();
-            h.push(("x-delay-ms", "1500"));
+            h.push(("x-hold", "1"));
             fleet.post(0, "/v1/reserved/chat/completions", &h).status
         });
-        assert!(eventually(Duration::from_secs(5), || fleet
-            .counted("total_hits", RESERVED)
-            >= 600));
-        assert_eq!(
-            fleet.post(1, "/v1/reserved/chat/completions", &key).status,
-            429
-        );
+        let reserved = eventually(Duration::from_secs(5), || {
+            fleet.counted("total_hits", RESERVED) >= 600
+        });
+        let second = fleet.post(1, "/v1/reserved/chat/completions", &key).status;
+        fleet.gate("open");
+        assert!(reserved, "the first reservation never landed");
+        assert_eq!(second, 429);
         assert_eq!(slow.join().expect("slow"), 200);
     });
     // Settled on sluice 0 (600 back, 100 charged): sluice 1's very next
