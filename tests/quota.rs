@@ -421,7 +421,7 @@ async fn a_flood_of_buckets_costs_the_store_no_more_than_its_budgets() {
         Duration::from_secs(10),
         || sluice.readyz()["status"] == "ready"
     ));
-    let calls = || redis.calls("evalsha") + redis.calls("eval");
+    let calls = || redis.calls_ok("evalsha") + redis.calls_ok("eval");
     let before = calls();
     let started = std::time::Instant::now();
     let keys: Vec<String> = (0..1000).map(|i| format!("flood-{i}")).collect();
@@ -435,8 +435,10 @@ async fn a_flood_of_buckets_costs_the_store_no_more_than_its_budgets() {
         )
         .await;
     let first = flood.next().await;
+    // The stream saves five seconds of its 50 a second, the instance one
+    // second of its 80: the instance's is what one report can spend.
     assert!(
-        first.len() <= 50,
+        first.len() <= 80,
         "one report was answered with {} assignments, each a store call",
         first.len()
     );

@@ -9,51 +9,70 @@
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-/// A token bucket of calls: `rate` a second, at most one second's worth
+/// Seconds of its rate a stream's budget saves up: one report interval
+/// (Envoy reports every 5 s), so a report naming its buckets at once is
+/// afforded whole at an even share of the instance's rate. With one second
+/// saved, 1,000 streams of 10 buckets (2 calls a second each) deferred 8 of
+/// every report's 10 writes.
+pub(super) const STREAM_SAVES: f64 = 5.0;
+
+/// A token bucket of calls: `rate` a second, at most `saves` seconds' worth
 /// saved up.
 #[derive(Debug)]
 pub(super) struct CallBudget {
     rate: f64,
+    saves: f64,
     tokens: f64,
     at: Instant,
 }
 
 impl CallBudget {
-    /// A full budget of `rate` calls a second (0 allows none).
+    /// A full budget of `rate` calls a second (0 allows none), saving one
+    /// second's worth.
     pub(super) fn new(rate: u32, now: Instant) -> CallBudget {
+        CallBudget::saving(rate, 1.0, now)
+    }
+
+    /// A full budget of `rate` calls a second saving `saves` seconds' worth.
+    pub(super) fn saving(rate: u32, saves: f64, now: Instant) -> CallBudget {
         CallBudget {
             rate: f64::from(rate),
-            tokens: f64::from(rate),
+            saves,
+            tokens: f64::from(rate) * saves,
             at: now,
         }
     }
 
+    fn most(&self) -> f64 {
+        self.rate * self.saves
+    }
+
     fn refill(&mut self, now: Instant) {
         let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * self.rate).min(self.rate);
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.most());
         self.at = now;
     }
 
     /// Takes up to `wanted` calls; returns how many were granted.
     pub(super) fn take(&mut self, wanted: usize, now: Instant) -> usize {
         self.refill(now);
-        // Whole calls only; the float never exceeds `rate`, a u32.
+        // Whole calls only; the float never exceeds `rate` times `saves`.
         let granted = (self.tokens.floor() as usize).min(wanted);
         self.tokens -= granted as f64;
         granted
     }
 
     /// Sets the rate (a stream's fair share moves as streams come and go);
-    /// tokens saved above the new rate are dropped.
+    /// tokens saved above what the new rate saves are dropped.
     fn limit_to(&mut self, rate: u32, now: Instant) {
         self.refill(now);
         self.rate = f64::from(rate);
-        self.tokens = self.tokens.min(self.rate);
+        self.tokens = self.tokens.min(self.most());
     }
 
     /// Gives back calls granted but not made.
     pub(super) fn give_back(&mut self, calls: usize) {
-        self.tokens = (self.tokens + calls as f64).min(self.rate);
+        self.tokens = (self.tokens + calls as f64).min(self.most());
     }
 }
 
@@ -127,6 +146,19 @@ mod tests {
         tokio::time::advance(Duration::from_secs(1)).await;
         assert_eq!(shared.grant(&mut b, 1000, 30), 30);
         assert_eq!(CallBudget::new(0, now).take(5, now), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_saves_a_report_intervals_worth() {
+        // An even share of 2 calls a second: a report of 10 buckets every
+        // 5 s is afforded whole, and no more is saved past that.
+        let now = Instant::now();
+        let mut b = CallBudget::saving(2, STREAM_SAVES, now);
+        assert_eq!(b.take(10, now), 10);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(b.take(10, Instant::now()), 10);
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert_eq!(b.take(100, Instant::now()), 10);
     }
 
     #[test]

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Status, Streaming};
 
 use super::action::{assignment, bucket_id};
-use super::budget::CallBudget;
+use super::budget::{CallBudget, STREAM_SAVES};
 use super::share::Assignment;
 use super::target::{Target, resolve};
 use super::usage::Usage;
@@ -73,7 +73,7 @@ impl QuotaStream {
             peer,
             tx,
             state: State::new(generation),
-            budget: CallBudget::new(shared_rate, Instant::now()),
+            budget: CallBudget::saving(shared_rate, STREAM_SAVES, Instant::now()),
         }
     }
 

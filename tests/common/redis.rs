@@ -209,6 +209,24 @@ impl RedisServer {
     }
 
     /// Calls of one command from `INFO commandstats`.
+    /// Calls of `command` that did not fail: a script sent by its digest to
+    /// a Redis that has not loaded it yet fails (NOSCRIPT) and is sent
+    /// again whole, one store call counted twice.
+    pub fn calls_ok(&self, command: &str) -> u64 {
+        let info = self.cli(&["info", "commandstats"]);
+        let prefix = format!("cmdstat_{command}:");
+        let Some(line) = info.lines().find_map(|l| l.strip_prefix(&prefix)) else {
+            return 0;
+        };
+        let field = |name: &str| -> u64 {
+            line.split(',')
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        field("calls").saturating_sub(field("failed_calls"))
+    }
+
     pub fn calls(&self, command: &str) -> u64 {
         let info = self.cli(&["info", "commandstats"]);
         let prefix = format!("cmdstat_{command}:calls=");
