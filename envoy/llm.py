@@ -7,13 +7,13 @@ caller's budget when the stream ends. Standard library only.
     python3 envoy/llm.py --host 127.0.0.1 --port 8000
 
 What a request used is the `x-tokens` request header (default 100), so a
-demo or a test chooses the cost; `x-delay-ms` (default 0) spreads the stream
-over that long, so requests can be held in flight, and with `x-hold: 1` a
-response waits (at most 30 s) while the gate is shut (`GET /gate/shut`, then
-`GET /gate/open`), so a test holds its requests in flight for as long as it
-needs. `GET /in-flight` says how
-many streams are open now and at most so far, as JSON. Port 0 picks a free
-port; the first line on stdout says which.
+demo or a test chooses the cost; `x-delay-ms` (default 0, at most 60,000)
+spreads the stream over that long, so requests can be held in flight; with
+`x-hold: 1` a response waits (at most 30 s) while the gate is shut
+(`GET /gate/shut`, then `GET /gate/open`), so a test holds its requests in
+flight for as long as it needs. `GET /in-flight` says how many streams are
+open now and at most so far, as JSON. Port 0 picks a free port; the first
+line on stdout says which.
 """
 
 import json
@@ -68,7 +68,8 @@ class Model(BaseHTTPRequestHandler):
         if length:
             self.rfile.read(length)
         tokens = int(self.headers.get("x-tokens") or 100)
-        delay = int(self.headers.get("x-delay-ms") or 0) / 1000.0
+        # At most a minute: the route is open to any client.
+        delay = min(int(self.headers.get("x-delay-ms") or 0), 60_000) / 1000.0
         self._count(1)
         if self.headers.get("x-hold"):
             GATE.wait(timeout=30)

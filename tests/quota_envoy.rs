@@ -13,7 +13,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::quota::{QuotaEnvoy, Upstream, partner_rules, quota_metric};
+use common::quota::{QuotaEnvoy, Tally, Upstream, partner_rules, quota_metric};
 use common::redis::RedisServer;
 use common::{Sluice, eventually};
 
@@ -111,6 +111,26 @@ fn two_sluices_on_one_redis_share_one_budget() {
     assert_within_limit(oa, ob);
 }
 
+/// A busy Envoy (rate a second over its connections) beside a quiet one (one
+/// connection) on `key`: 10 s for sluice to learn their demand (two
+/// reports), then what each got in the `counted` seconds after.
+fn side_by_side(
+    (busy, busy_rate, conns): (&QuotaEnvoy, f64, usize),
+    (quiet, quiet_rate): (&QuotaEnvoy, f64),
+    key: &str,
+    counted: u64,
+) -> (Tally, Tally) {
+    let run = |e: &QuotaEnvoy, rate: f64, conns: usize| {
+        e.flood(key, Duration::from_secs(10), Some(rate), conns);
+        e.flood(key, Duration::from_secs(counted), Some(rate), conns)
+    };
+    std::thread::scope(|s| {
+        let tb = s.spawn(|| run(busy, busy_rate, conns));
+        let tq = s.spawn(|| run(quiet, quiet_rate, 1));
+        (tb.join().unwrap(), tq.join().unwrap())
+    })
+}
+
 #[test]
 fn skewed_demand_gives_the_busy_envoy_most_and_the_quiet_one_all_it_asks() {
     let rules = partner_rules(LIMIT as u32, "20s");
@@ -121,17 +141,7 @@ fn skewed_demand_gives_the_busy_envoy_most_and_the_quiet_one_all_it_asks() {
     warm(&[&sluice], &[&busy, &quiet], "acme");
     // 9 requests per second against 1, 10 against a budget of 6. Two
     // reports (10 s) let sluice measure the demand; then 15 s are counted.
-    let (b, q) = std::thread::scope(|s| {
-        let tb = s.spawn(|| {
-            busy.flood("acme", Duration::from_secs(10), Some(9.0), 1);
-            busy.flood("acme", Duration::from_secs(15), Some(9.0), 1)
-        });
-        let tq = s.spawn(|| {
-            quiet.flood("acme", Duration::from_secs(10), Some(1.0), 1);
-            quiet.flood("acme", Duration::from_secs(15), Some(1.0), 1)
-        });
-        (tb.join().unwrap(), tq.join().unwrap())
-    });
+    let (b, q) = side_by_side((&busy, 9.0, 1), (&quiet, 1.0), "acme", 15);
     eprintln!("busy {b:?}, quiet {q:?}");
     assert!(b.ok() > 2 * q.ok(), "busy {} vs quiet {}", b.ok(), q.ok());
     // Busy: most of the 6/s (about 4/s by the split, the quiet Envoy's
@@ -195,17 +205,7 @@ fn a_quiet_envoy_under_its_share_is_not_refused_beside_a_busy_one() {
     let busy = QuotaEnvoy::start(&sluice, &upstream);
     let quiet = QuotaEnvoy::start(&sluice, &upstream);
     warm(&[&sluice], &[&busy, &quiet], "partner-q");
-    let (b, q) = std::thread::scope(|s| {
-        let tb = s.spawn(|| {
-            busy.flood("partner-q", Duration::from_secs(10), Some(18.0), 2);
-            busy.flood("partner-q", Duration::from_secs(60), Some(18.0), 2)
-        });
-        let tq = s.spawn(|| {
-            quiet.flood("partner-q", Duration::from_secs(10), Some(0.5), 1);
-            quiet.flood("partner-q", Duration::from_secs(60), Some(0.5), 1)
-        });
-        (tb.join().unwrap(), tq.join().unwrap())
-    });
+    let (b, q) = side_by_side((&busy, 18.0, 2), (&quiet, 0.5), "partner-q", 60);
     eprintln!("busy {b:?}, quiet {q:?}");
     assert!(
         q.limited() <= q.ok() / 30,

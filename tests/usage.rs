@@ -7,6 +7,7 @@
 mod common;
 
 use std::process::{Child, Command};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use common::redis::{RedisServer, free_port};
@@ -160,21 +161,20 @@ impl Fleet {
         let mut headers = headers.to_vec();
         headers.push(("x-hold", "1"));
         self.gate("shut");
-        let answered = std::sync::atomic::AtomicUsize::new(0);
+        let answered = AtomicUsize::new(0);
         let ok = std::thread::scope(|s| {
             let handles: Vec<_> = (0..n)
                 .map(|i| {
                     let (headers, answered) = (&headers, &answered);
                     s.spawn(move || {
                         let status = self.post(i % 2, path, headers).status;
-                        answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        answered.fetch_add(1, Relaxed);
                         status
                     })
                 })
                 .collect();
             let settled = eventually(Duration::from_secs(10), || {
-                answered.load(std::sync::atomic::Ordering::Relaxed) >= n - held
-                    && self.llm("now") >= held as u64
+                answered.load(Relaxed) >= n - held && self.llm("now") >= held as u64
             });
             self.gate("open");
             let ok = handles
@@ -184,7 +184,6 @@ impl Fleet {
                 .count();
             (settled, ok)
         });
-        self.gate("open");
         assert!(
             ok.0,
             "{} of {n} passed, not {held} held and the rest answered",

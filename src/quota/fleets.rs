@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::share::split;
-use crate::store::demand::MemberDemand;
+use crate::store::demand::{MemberDemand, STORED_WITHIN};
 
 /// Tables remembered at most; past it, stale ones go, then everything.
 const MAX_TABLES: usize = 100_000;
@@ -43,10 +43,7 @@ impl Fleets {
         demand: f64,
     ) -> Option<Vec<MemberDemand>> {
         let tables = self.tables.lock();
-        let read = tables.get(table)?;
-        if read.at.elapsed() > fresh {
-            return None;
-        }
+        let read = fresh_read(&tables, table, fresh)?;
         let mut out: Vec<MemberDemand> = read.members.to_vec();
         match out.iter_mut().find(|m| m.member == member) {
             Some(m) => m.demand = demand,
@@ -68,10 +65,7 @@ impl Fleets {
     ) -> Option<(f64, usize)> {
         let (members, shares) = {
             let tables = self.tables.lock();
-            let read = tables.get(table)?;
-            if read.at.elapsed() > fresh {
-                return None;
-            }
+            let read = fresh_read(&tables, table, fresh)?;
             let shares = read
                 .shares
                 .as_ref()
@@ -79,9 +73,10 @@ impl Fleets {
                 .map(|(_, s)| s.clone());
             (read.members.clone(), shares)
         };
+        // As read back: Redis rounds what it was written.
         let at = members
             .iter()
-            .position(|m| m.member == member && m.demand == demand)?;
+            .position(|m| m.member == member && (m.demand - demand).abs() <= STORED_WITHIN)?;
         let shares = match shares {
             Some(s) => s,
             None => {
@@ -113,6 +108,15 @@ impl Fleets {
         };
         tables.insert(table.to_owned(), read);
     }
+}
+
+/// The read of `table`, if made within `fresh`.
+fn fresh_read<'a>(
+    tables: &'a HashMap<String, Read>,
+    table: &str,
+    fresh: Duration,
+) -> Option<&'a Read> {
+    tables.get(table).filter(|read| read.at.elapsed() <= fresh)
 }
 
 #[cfg(test)]
@@ -157,6 +161,8 @@ mod tests {
         // Another rate on the same table: split again, not the memo.
         let other = split(4.0, &[m(1, 1.0), m(2, 30.0)]);
         assert_eq!(f.share("t", fresh, 2, 30.0, 4.0), Some((other[1], 2)));
+        // A demand as Redis gives it back (three decimals) is the same one.
+        assert_eq!(f.share("t", fresh, 1, 1.0004, 10.0), Some((whole[0], 2)));
         // A demand moved since the read, or a member not in it: no share.
         assert_eq!(f.share("t", fresh, 1, 2.0, 10.0), None);
         assert_eq!(f.share("t", fresh, 3, 1.0, 10.0), None);

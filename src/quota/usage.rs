@@ -52,9 +52,10 @@ impl Usage {
             .time_elapsed
             .map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9);
         let offered = (usage.num_requests_allowed, usage.num_requests_denied);
-        let total = offered.0.saturating_add(offered.1) as f64;
-        let measured = (elapsed >= 1.0).then(|| (offered.0.saturating_add(offered.1), elapsed));
-        if !(0.0..=MAX_ELAPSED).contains(&elapsed) || total > MAX_RATE * elapsed.max(1.0) {
+        let requests = offered.0.saturating_add(offered.1);
+        let measured = (elapsed >= 1.0).then_some((requests, elapsed));
+        if !(0.0..=MAX_ELAPSED).contains(&elapsed) || requests as f64 > MAX_RATE * elapsed.max(1.0)
+        {
             return Err(Skip::BadCounts);
         }
         Ok(Usage {

@@ -31,6 +31,10 @@ pub struct DemandUpdate {
 /// The demand of a member that has not measured one yet.
 pub const UNKNOWN: f64 = -1.0;
 
+/// How far a demand read back may be from the one written: Redis keeps it
+/// to three decimals.
+pub const STORED_WITHIN: f64 = 0.0005;
+
 /// A live member of a table.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MemberDemand {

@@ -268,6 +268,7 @@ impl RedisStore {
             .demand_script
             .key(format!("{}sluice:quota:{}", self.config.prefix, u.table));
         inv.arg(u.member)
+            // Three decimals: demand::STORED_WITHIN.
             .arg(u.demand.map(|d| format!("{d:.3}")).unwrap_or_default())
             .arg(u64::try_from(u.ttl.as_millis()).unwrap_or(u64::MAX).max(1));
         let raw: Vec<String> = match &*live {
