@@ -48,6 +48,14 @@ class Echo(BaseHTTPRequestHandler):
         pass
 
 
+class Server(ThreadingHTTPServer):
+    # socketserver listens with a backlog of 5: a burst of new connections
+    # from Envoy overflows it, and a dropped SYN is resent only after 1 s,
+    # as long as Envoy's connect timeout, so the request fails with 503.
+    request_queue_size = 1024
+    daemon_threads = True
+
+
 def serve(handler, description):
     """Serves `handler` on --host and --port, saying the port first (the
     LLM stand-in, envoy/llm.py, serves the same way)."""
@@ -55,8 +63,7 @@ def serve(handler, description):
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args()
-    server = ThreadingHTTPServer((args.host, args.port), handler)
-    server.daemon_threads = True
+    server = Server((args.host, args.port), handler)
     host, port = server.server_address[:2]
     print(f"listening on {host}:{port}", flush=True)
     try:
