@@ -45,6 +45,10 @@ fn start(extra: &[&str]) -> Sluice {
     s
 }
 
+/// No rule has this key: a descriptor of it is counted by Envoy's
+/// per-request `limit` override, 10 an hour.
+const OVERRIDE: &str = "override";
+
 /// `hits` spent (or given back, `refund`) on `key=value`.
 async fn send(
     c: &mut Client,
@@ -53,7 +57,12 @@ async fn send(
     hits: u64,
     refund: bool,
 ) -> RateLimitResponse {
-    let mut d = descriptor(&[(key, value)]);
+    let mut d = if key == OVERRIDE {
+        let hour = envoy_types::pb::envoy::r#type::v3::RateLimitUnit::Hour as i32;
+        descriptor_with_limit(&[(key, value)], 10, hour)
+    } else {
+        descriptor(&[(key, value)])
+    };
     d.hits_addend = Some(envoy_types::pb::google::protobuf::UInt64Value { value: hits });
     d.is_negative_hits = refund;
     c.should_rate_limit(request("usage", vec![d]))
@@ -147,11 +156,17 @@ async fn refunds_give_hits_back_on_every_store_and_shape() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_instance_refuses_from_its_cache_after_a_refund() {
     let redis = RedisServer::start();
-    let args = ["--redis-url", &redis.url(), "--redis-timeout", "2s"];
+    let args = [
+        "--redis-url",
+        &redis.url(),
+        "--redis-timeout",
+        "2s",
+        "--refundable-overrides",
+    ];
     let a = start(&args);
     let b = start(&args);
     let (mut ca, mut cb) = (a.client().await, b.client().await);
-    for key in ["fixed", "plain"] {
+    for key in ["fixed", OVERRIDE, "plain"] {
         // Over the limit on a: a flood on a plain rule is answered from a's
         // cache (the case the cache exists for).
         assert_eq!(spend(&mut ca, key, "k", 13).await, 10, "{key}");
@@ -162,9 +177,9 @@ async fn no_instance_refuses_from_its_cache_after_a_refund() {
         let admitted = spend(&mut ca, key, "k", 1).await;
         let after =
             metric(&a.get("/metrics").1, "sluice_store_local_cache_hits_total").unwrap_or(0.0);
-        if key == "fixed" {
-            // Refundable: a never cached it, so its very next request sees
-            // the refund.
+        if key != "plain" {
+            // Refundable (a rule's mark, or --refundable-overrides): a
+            // never cached it, so its very next request sees the refund.
             assert_eq!(admitted, 1, "a refundable rule is never cached");
             assert_eq!(before, after, "nothing answered from the cache");
         } else {

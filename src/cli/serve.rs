@@ -193,6 +193,11 @@ pub struct ServeArgs {
     /// store round trip for requests with several limits).
     #[arg(long, env = "SLUICE_STOP_INCREMENT_WHEN_OVER_LIMIT")]
     pub(crate) stop_increment_when_over_limit: bool,
+    /// Counters of per-request limit overrides may be given back
+    /// (is_negative_hits): never answered from the local over-limit cache,
+    /// on any instance, as a rule marked refundable.
+    #[arg(long, env = "SLUICE_REFUNDABLE_OVERRIDES")]
+    pub(crate) refundable_overrides: bool,
     /// Share of a limit above which hits count as near_limit (NEAR_LIMIT_RATIO).
     #[arg(long, env = "SLUICE_NEAR_LIMIT_RATIO", default_value_t = 0.8, value_parser = parse_ratio)]
     pub(crate) near_limit_ratio: f32,
@@ -302,6 +307,7 @@ impl ServeArgs {
                 quota_mode: self.quota_mode,
                 near_ratio: self.near_limit_ratio,
                 stop_when_over: self.stop_increment_when_over_limit,
+                refundable_overrides: self.refundable_overrides,
             },
             max_pending: self.max_pending,
         }

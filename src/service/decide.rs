@@ -64,7 +64,9 @@ impl RateLimiter {
         let mut increments: Vec<Increment> = resolved
             .iter()
             .filter_map(|(i, r)| match (r, req.descriptors.get(*i)) {
-                (Resolved::Counted(c), Some(d)) => Some(c.increment(d.hits, d.refund, at_us)),
+                (Resolved::Counted(c), Some(d)) => {
+                    Some(c.increment(d.hits, d.refund, at_us, &self.settings.knobs))
+                }
                 _ => None,
             })
             .collect();

@@ -26,6 +26,8 @@ pub struct Knobs {
     pub near_ratio: f32,
     /// `--stop-increment-when-over-limit`.
     pub stop_when_over: bool,
+    /// `--refundable-overrides`: a per-request override is refundable.
+    pub refundable_overrides: bool,
 }
 
 impl Default for Knobs {
@@ -34,6 +36,7 @@ impl Default for Knobs {
             quota_mode: false,
             near_ratio: limiter::NEAR_LIMIT_RATIO,
             stop_when_over: false,
+            refundable_overrides: false,
         }
     }
 }
@@ -64,15 +67,26 @@ pub(super) enum Resolved<'a> {
 impl Counting<'_> {
     /// What to count for `hits` (or give back, `refund`) at the request's
     /// clock reading `at_us`.
-    pub(super) fn increment(&self, hits: u64, refund: bool, at_us: u64) -> Increment {
+    pub(super) fn increment(
+        &self,
+        hits: u64,
+        refund: bool,
+        at_us: u64,
+        knobs: &Knobs,
+    ) -> Increment {
+        // Marked refundable: its rule, or `--refundable-overrides` for an
+        // override, which has no rule to carry the mark.
+        let refundable = self
+            .rule
+            .map_or(knobs.refundable_overrides, |r| r.refundable);
         Increment {
             key: self.key.clone(),
             hits,
             at_us,
             refund,
             // A rule that took a refund here is treated as refundable from
-            // then on, though only `refundable` tells the other instances.
-            cacheable: !self.rule.is_some_and(|r| r.refundable)
+            // then on, though only the mark tells the other instances.
+            cacheable: !refundable
                 && self
                     .stats
                     .refunded
