@@ -52,16 +52,30 @@ fn wait_ready(s: &Sluice) {
     );
 }
 
+/// An answer within [`DEADLINE`]. A request sluice shed because it ran late
+/// itself (a loaded test machine starving it past a short `--redis-timeout`)
+/// is a prompt answer too, but not the one these tests look at: it is asked
+/// again, each time within the deadline.
 async fn ask_within(
     c: &mut RateLimitServiceClient<Channel>,
     entries: &[(&str, &str)],
 ) -> RateLimitResponse {
-    let mut req = tonic::Request::new(request("shop", vec![descriptor(entries)]));
-    req.set_timeout(DEADLINE);
-    c.should_rate_limit(req)
-        .await
-        .expect("an answer within the deadline")
-        .into_inner()
+    let mut shed = 0;
+    loop {
+        let mut req = tonic::Request::new(request("shop", vec![descriptor(entries)]));
+        req.set_timeout(DEADLINE);
+        match c.should_rate_limit(req).await {
+            Ok(r) => return r.into_inner(),
+            Err(s)
+                if shed < 10
+                    && s.code() == tonic::Code::Unavailable
+                    && s.message().contains("request shed") =>
+            {
+                shed += 1;
+            }
+            Err(s) => panic!("an answer within the deadline: {s:?}"),
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
