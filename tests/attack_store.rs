@@ -11,6 +11,7 @@ use common::fake_redis::{FakeRedis, handshake};
 use common::redis::RedisServer;
 use common::*;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use tonic::Code as GrpcCode;
 
@@ -147,6 +148,28 @@ async fn a_redis_that_refuses_scripts_is_down_and_does_not_flap() {
     );
 }
 
+/// Asks `ip=value` until `/readyz` says one of `words` (the store's own, or
+/// sluice's about it), never ready meanwhile. Polled: a loaded machine
+/// answered 20 requests before sluice first connected, while /readyz still
+/// said "not connected yet".
+async fn told_while_asking(
+    s: &Sluice,
+    c: &mut RateLimitServiceClient<tonic::transport::Channel>,
+    value: &str,
+    words: &[&str],
+) {
+    for _ in 0..500 {
+        let text = s.get("/readyz").1;
+        if words.iter().any(|w| text.contains(w)) {
+            return;
+        }
+        ask(c, "shop", &[("ip", value)]).await;
+        assert_ne!(s.status(), "ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("never told {words:?}: {}", s.get("/readyz").1);
+}
+
 /// A Redis out of memory answers PING and reads, but no write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_out_of_memory_is_down() {
@@ -159,17 +182,7 @@ async fn a_redis_out_of_memory_is_down() {
         &["--redis-url", &redis.url(), "--redis-timeout", "500ms"],
     );
     let mut c = s.client().await;
-    // Asked until Redis's own words are what /readyz gives (a loaded
-    // machine answered 20 before sluice first connected: "not connected
-    // yet"), never ready meanwhile.
-    let mut asked = 0;
-    while !s.get("/readyz").1.contains("OOM") {
-        assert!(asked < 500, "{}", s.get("/readyz").1);
-        ask(&mut c, "shop", &[("ip", "y")]).await;
-        assert_ne!(s.status(), "ready");
-        asked += 1;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    told_while_asking(&s, &mut c, "y", &["OOM"]).await;
     for _ in 0..20 {
         ask(&mut c, "shop", &[("ip", "y")]).await;
         assert_ne!(s.status(), "ready");
@@ -202,11 +215,7 @@ async fn short_and_garbage_replies_never_admit() {
         }
         assert_eq!(admitted, 3, "reply {:?}", String::from_utf8_lossy(reply));
         assert_ne!(s.status(), "ready");
-        let (_, text) = s.get("/readyz");
-        assert!(
-            text.contains("malformed") || text.contains("probe"),
-            "{text}"
-        );
+        told_while_asking(&s, &mut c, "z", &["malformed", "probe"]).await;
         // No connection storm: one pool per probe, probes backed off.
         assert!(fake.connections.load(std::sync::atomic::Ordering::Relaxed) < 50);
     }
