@@ -163,8 +163,10 @@ async fn grpc_health_serves_both_names_and_shutdown_is_graceful() {
     drop(watch);
     let status = s.wait(Duration::from_secs(15));
     assert!(status.success(), "exit 0 after SIGTERM, got {status:?}");
-    assert!(s.logs_contain("shutdown started"));
-    assert!(s.logs_contain("sluice stopped"));
+    // Polled: the log is read on its own thread.
+    assert!(eventually(Duration::from_secs(5), || s
+        .logs_contain("shutdown started")));
+    assert!(eventually(Duration::from_secs(5), || s.logs_contain("sluice stopped")));
 }
 
 #[test]

@@ -114,7 +114,9 @@ fn mutual_tls_serves_envoy_refuses_strangers_and_rotates_certificates() {
             .contains("server-2")),
         "the rotated certificate was not picked up"
     );
-    assert!(s.logs_contain("gRPC TLS certificates reloaded"));
+    // Polled: the log is read on its own thread.
+    assert!(eventually(Duration::from_secs(5), || s
+        .logs_contain("gRPC TLS certificates reloaded")));
 }
 
 /// `--grpc-tls-client-san`: a client certificate the CA signed is refused
