@@ -198,29 +198,75 @@ async fn a_client_ignoring_the_stream_cap_gets_a_goaway() {
         common::h2raw::call(&mut out, 1 + 2 * i, &s.grpc.to_string(), &message);
     }
     let _ = t.write_all(&out);
+    let (calm, got) = read_until(&mut t, |_, _| false);
+    assert!(calm, "no GOAWAY ENHANCE_YOUR_CALM in {got} bytes");
+}
+
+/// Reads frames until `done(kind, stream)` says so, the peer closes, or 5 s
+/// pass: whether a GOAWAY (type 7) with ENHANCE_YOUR_CALM (0xb) came, and
+/// how many bytes did.
+fn read_until(t: &mut std::net::TcpStream, done: impl Fn(u8, u32) -> bool) -> (bool, usize) {
     t.set_read_timeout(Some(Duration::from_secs(5))).ok();
-    let mut got = Vec::new();
+    let (mut got, mut at, mut calm) = (Vec::new(), 0, false);
     let mut buf = [0u8; 65536];
     while let Ok(n) = t.read(&mut buf) {
         if n == 0 {
             break;
         }
         got.extend_from_slice(&buf[..n]);
-    }
-    // Walk the frames for a GOAWAY (type 7) with ENHANCE_YOUR_CALM (0xb).
-    let mut rest = got.as_slice();
-    let mut calm = false;
-    while rest.len() >= 9 {
-        let len = usize::from(rest[0]) << 16 | usize::from(rest[1]) << 8 | usize::from(rest[2]);
-        let Some(payload) = rest.get(9..9 + len) else {
-            break;
-        };
-        if rest[3] == 7 && payload.get(4..8) == Some(&[0, 0, 0, 0xb]) {
-            calm = true;
+        while let Some(head) = got.get(at..at + 9) {
+            let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+            let (kind, stream) = (
+                head[3],
+                u32::from_be_bytes([head[5], head[6], head[7], head[8]]),
+            );
+            let Some(payload) = got.get(at + 9..at + 9 + len) else {
+                break;
+            };
+            calm |= kind == 7 && payload.get(4..8) == Some(&[0, 0, 0, 0xb]);
+            at += 9 + len;
+            if calm || done(kind, stream) {
+                return (calm, got.len());
+            }
         }
-        rest = &rest[9 + len..];
     }
-    assert!(calm, "no GOAWAY ENHANCE_YOUR_CALM in {} bytes", got.len());
+    (calm, got.len())
+}
+
+/// Forty calls, each reset (RST_STREAM CANCEL) before sluice could accept
+/// it, in one write: as a sluice starved of CPU past Envoy's timeout reads
+/// Envoy's requests and their resets together, or as a rapid-reset attack
+/// sends them. Past `--grpc-max-pending-resets` (20) the connection is told
+/// to go away; with the bound raised it lives on and answers the next call.
+#[tokio::test]
+async fn resets_before_accept_past_the_bound_get_a_goaway() {
+    use prost::Message;
+    for (args, goaway) in [
+        (&[][..], true),
+        (&["--grpc-max-pending-resets", "100"][..], false),
+    ] {
+        let s = Sluice::start(&[("web.yaml", RULES)], args);
+        let message = request("web", vec![descriptor(&[("k", "reset")])]).encode_to_vec();
+        let mut t = connect(s.grpc);
+        let mut out = common::h2raw::preface();
+        for i in 0..40 {
+            common::h2raw::call(&mut out, 1 + 2 * i, &s.grpc.to_string(), &message);
+            common::h2raw::frame(&mut out, 0x3, 0, 1 + 2 * i, &8u32.to_be_bytes());
+        }
+        let last = 81;
+        common::h2raw::call(&mut out, last, &s.grpc.to_string(), &message);
+        t.write_all(&out).expect("write");
+        // Until the last call's answer (HEADERS, type 1) or a GOAWAY.
+        let (calm, got) = read_until(&mut t, |kind, stream| kind == 1 && stream == last);
+        assert_eq!(
+            calm, goaway,
+            "{args:?}: GOAWAY ENHANCE_YOUR_CALM in {got} bytes"
+        );
+        if goaway {
+            assert!(eventually(Duration::from_secs(5), || s
+                .logs_contain("pending-accept streams reached limit")));
+        }
+    }
 }
 
 /// Out of file descriptors, accepting pauses instead of spinning, and

@@ -77,6 +77,12 @@ pub struct ConnArgs {
     /// with GOAWAY (a client ignoring --grpc-max-streams).
     #[arg(long, env = "SLUICE_GRPC_MAX_RESET_STREAMS", default_value_t = GrpcBounds::default().max_reset_streams)]
     pub(crate) grpc_max_reset_streams: usize,
+    /// Streams a client reset before sluice accepted them, waiting on one
+    /// gRPC connection at once, before it is closed with GOAWAY (the
+    /// rapid-reset guard; a sluice starved of CPU past Envoy's timeout reads
+    /// Envoy's requests and their resets together).
+    #[arg(long, env = "SLUICE_GRPC_MAX_PENDING_RESETS", default_value_t = GrpcBounds::default().max_pending_resets)]
+    pub(crate) grpc_max_pending_resets: usize,
     /// Close a gRPC connection with no request for this long.
     #[arg(long, env = "SLUICE_GRPC_IDLE_TIMEOUT", default_value_t = Span(GrpcBounds::default().conn.idle_timeout))]
     pub(crate) grpc_idle_timeout: Span,
@@ -132,6 +138,7 @@ impl ConnArgs {
             },
             max_streams: self.grpc_max_streams,
             max_reset_streams: self.grpc_max_reset_streams,
+            max_pending_resets: self.grpc_max_pending_resets,
             keepalive_interval: self.grpc_keepalive_interval.0,
             keepalive_timeout: self.grpc_keepalive_timeout.0,
             body: BodyBounds {

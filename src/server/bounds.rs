@@ -13,6 +13,10 @@ pub struct GrpcBounds {
     /// Streams refused or reset by sluice on one connection before it is
     /// closed with GOAWAY (ENHANCE_YOUR_CALM).
     pub max_reset_streams: usize,
+    /// Streams the client reset before sluice accepted them, waiting on one
+    /// connection at once, before it is closed with GOAWAY
+    /// (ENHANCE_YOUR_CALM): the rapid-reset guard (CVE-2023-44487).
+    pub max_pending_resets: usize,
     /// HTTP/2 PING interval, and how long an answer may take before the
     /// connection is dropped as dead.
     pub keepalive_interval: Duration,
@@ -56,6 +60,8 @@ impl Default for GrpcBounds {
             },
             max_streams: 1024,
             max_reset_streams: 1024,
+            // h2's own default.
+            max_pending_resets: 20,
             keepalive_interval: Duration::from_secs(60),
             keepalive_timeout: Duration::from_secs(20),
             body: BodyBounds::default(),

@@ -23,10 +23,6 @@ use crate::tls;
 type GrpcFuture =
     std::pin::Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>>;
 
-/// Streams a client may reset before sluice has accepted them (h2's own
-/// default, set explicitly because tonic leaves it unset).
-const MAX_PENDING_RESETS: usize = 20;
-
 /// The services, each behind its guard, with the HTTP/2 bounds.
 pub(super) fn router(
     limiter: &RateLimiter,
@@ -52,7 +48,7 @@ pub(super) fn router(
         // a client that keeps opening streams past the cap gets a GOAWAY
         // instead of one refusal each, forever.
         .http2_max_local_error_reset_streams(Some(g.max_reset_streams))
-        .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_RESETS))
+        .http2_max_pending_accept_reset_streams(Some(g.max_pending_resets))
         .add_service(health)
         .add_service(Guard {
             inner: RateLimitServiceServer::new(limiter.clone())
