@@ -66,13 +66,7 @@ async fn ask_within(
         req.set_timeout(DEADLINE);
         match c.should_rate_limit(req).await {
             Ok(r) => return r.into_inner(),
-            Err(s)
-                if shed < 10
-                    && s.code() == tonic::Code::Unavailable
-                    && s.message().contains("request shed") =>
-            {
-                shed += 1;
-            }
+            Err(s) if shed < 10 && is_shed(&s) => shed += 1,
             Err(s) => panic!("an answer within the deadline: {s:?}"),
         }
     }
@@ -544,8 +538,11 @@ async fn a_cluster_master_failover_is_ridden_out_and_counting_resumes() {
     assert_eq!(masters.len(), 3, "three masters");
     cluster.nodes[masters[0]].kill();
     // Through the failover every request is answered (by the fallback while
-    // the cluster is short of a master), none fails.
+    // the cluster is short of a master), none fails. A few may be shed when
+    // a loaded machine makes sluice itself late (a stressed run did), which
+    // is not the store failing: those are allowed, and counted.
     let mut n = 0;
+    let mut shed = 0;
     let recovered = tokio::time::timeout(Duration::from_secs(60), async {
         loop {
             n += 1;
@@ -559,6 +556,13 @@ async fn a_cluster_master_failover_is_ridden_out_and_counting_resumes() {
                         .collect(),
                 ))
                 .await;
+            if let Err(s) = &r
+                && is_shed(s)
+                && shed < 10
+            {
+                shed += 1;
+                continue;
+            }
             assert!(r.is_ok(), "request {n} failed during failover: {r:?}");
             if ready(&s) && cluster.masters().len() == 3 {
                 return;
