@@ -527,3 +527,53 @@ fn envoy_reaches_sluice_over_a_unix_socket() {
     // Every decision came over the socket: Envoy's ratelimit calls all OK.
     assert!(stack.envoy_stat("cluster.sluice.upstream_rq_200") >= 31);
 }
+
+/// A sluice that stalls longer than Envoy's filter timeout (a CPU-throttled
+/// pod; SIGSTOP here) keeps its Envoy connections. When it resumes it reads
+/// Envoy's requests and the resets of those that timed out together, and the
+/// rapid-reset guard must not take that for an attack. With h2's default of
+/// 20, three stalls of 500 ms under 32 concurrent clients closed 5 or 6 of
+/// Envoy's connections, and the calls on them failed over.
+#[test]
+fn a_stalled_sluice_keeps_its_envoy_connections() {
+    let stack = Stack::start();
+    let ok = || stack.envoy_stat("cluster.upstream.ratelimit.ok");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for i in 0..32 {
+            let (stack, stop) = (&stack, &stop);
+            s.spawn(move || {
+                let ip = format!("203.0.113.{i}");
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    stack.send("GET", "/api/items", &[("x-forwarded-for", &ip)], "");
+                }
+            });
+        }
+        for _ in 0..3 {
+            let before = ok();
+            assert!(
+                eventually(Duration::from_secs(10), || ok() > before + 50),
+                "no traffic through sluice"
+            );
+            stack.sluice().signal("STOP");
+            // The stall itself: longer than Envoy's 0.2 s filter timeout.
+            std::thread::sleep(Duration::from_millis(500));
+            stack.sluice().signal("CONT");
+        }
+        let before = ok();
+        assert!(eventually(Duration::from_secs(10), || ok() > before + 50));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    assert!(
+        stack.envoy_stat("cluster.sluice.upstream_rq_timeout") > 0,
+        "the stalls never outlasted Envoy's timeout"
+    );
+    assert_eq!(
+        stack.envoy_stat("cluster.sluice.upstream_cx_destroy_remote"),
+        0,
+        "sluice closed Envoy's connections (pending-accept resets: {})",
+        stack
+            .sluice()
+            .logs_contain("pending-accept streams reached limit")
+    );
+}

@@ -79,8 +79,8 @@ pub struct ConnArgs {
     pub(crate) grpc_max_reset_streams: usize,
     /// Streams a client reset before sluice accepted them, waiting on one
     /// gRPC connection at once, before it is closed with GOAWAY (the
-    /// rapid-reset guard; a sluice starved of CPU past Envoy's timeout reads
-    /// Envoy's requests and their resets together).
+    /// rapid-reset guard; a sluice stalled past Envoy's timeout reads Envoy's
+    /// requests and their resets together, so not h2's 20).
     #[arg(long, env = "SLUICE_GRPC_MAX_PENDING_RESETS", default_value_t = GrpcBounds::default().max_pending_resets)]
     pub(crate) grpc_max_pending_resets: usize,
     /// Close a gRPC connection with no request for this long.

@@ -60,8 +60,12 @@ impl Default for GrpcBounds {
             },
             max_streams: 1024,
             max_reset_streams: 1024,
-            // h2's own default.
-            max_pending_resets: 20,
+            // Not h2's 20: a sluice stalled past Envoy's filter timeout
+            // reads that many requests and their resets at once from 32
+            // clients (tests/envoy.rs). As many as the streams a connection
+            // may hold; the guard bounds what one read leaves waiting, not
+            // how often, so 20 bought no rate against an attacker.
+            max_pending_resets: 1024,
             keepalive_interval: Duration::from_secs(60),
             keepalive_timeout: Duration::from_secs(20),
             body: BodyBounds::default(),
