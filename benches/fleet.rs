@@ -2,8 +2,9 @@
 //! reporting FLEET_BUCKETS (10) buckets every 5 s as Envoy does, to one
 //! sluice instance counting in a real redis-server. The buckets are shared:
 //! every Envoy reports the same tenants, so each bucket's table holds the
-//! whole fleet, each Envoy with its own demand. Streams come from 16 loopback addresses (each address a
-//! peer, under `--quota-max-streams-per-peer`).
+//! whole fleet, each Envoy with its own demand. Streams come from 16
+//! loopback addresses (each address a peer, under
+//! `--quota-max-streams-per-peer`).
 //!
 //! Reported over FLEET_SECONDS (60) after every stream's first report: the
 //! sluice process's CPU per bucket report, Redis commands per second, store

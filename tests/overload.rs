@@ -113,9 +113,10 @@ async fn past_max_pending_requests_are_shed_never_counted_per_instance() {
 /// instead: the store slower than the caller is a store failure.)
 ///
 /// Spread over 8 connections, as an Envoy's workers spread theirs: on one,
-/// more than 20 resets of streams sluice had not yet accepted (h2's rapid
-/// reset guard) now and then closed it with GOAWAY `ENHANCE_YOUR_CALM`,
-/// and its calls then ended neither answered nor abandoned (2 runs in 25).
+/// more than 20 resets of streams sluice had not yet accepted tripped the
+/// rapid-reset guard at h2's default (`--grpc-max-pending-resets` was 20)
+/// with GOAWAY `ENHANCE_YOUR_CALM`, and its calls then ended neither
+/// answered nor abandoned (2 runs in 25).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn work_whose_caller_has_gone_never_reaches_redis() {
     let (redis, proxy, s) = behind_a_slow_link(&["--redis-pool-size", "1"]);

@@ -60,16 +60,13 @@ async fn ask_within(
     c: &mut RateLimitServiceClient<Channel>,
     entries: &[(&str, &str)],
 ) -> RateLimitResponse {
-    let mut shed = 0;
-    loop {
+    past_sheds(c, || {
         let mut req = tonic::Request::new(request("shop", vec![descriptor(entries)]));
         req.set_timeout(DEADLINE);
-        match c.should_rate_limit(req).await {
-            Ok(r) => return r.into_inner(),
-            Err(s) if shed < 10 && is_shed(&s) => shed += 1,
-            Err(s) => panic!("an answer within the deadline: {s:?}"),
-        }
-    }
+        req
+    })
+    .await
+    .unwrap_or_else(|s| panic!("an answer within the deadline: {s:?}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -208,33 +208,35 @@ impl RedisServer {
             .collect()
     }
 
+    /// `command`'s line of `INFO commandstats`, as `(field, value)` pairs
+    /// (none if it never ran).
+    fn commandstats(&self, command: &str) -> Vec<(String, u64)> {
+        let info = self.cli(&["info", "commandstats"]);
+        let prefix = format!("cmdstat_{command}:");
+        info.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map(|line| {
+                line.split(',')
+                    .filter_map(|kv| {
+                        let (k, v) = kv.split_once('=')?;
+                        Some((k.to_owned(), v.trim().parse().ok()?))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Calls of one command from `INFO commandstats`.
+    pub fn calls(&self, command: &str) -> u64 {
+        field(&self.commandstats(command), "calls")
+    }
+
     /// Calls of `command` that did not fail: a script sent by its digest to
     /// a Redis that has not loaded it yet fails (NOSCRIPT) and is sent
     /// again whole, one store call counted twice.
     pub fn calls_ok(&self, command: &str) -> u64 {
-        let info = self.cli(&["info", "commandstats"]);
-        let prefix = format!("cmdstat_{command}:");
-        let Some(line) = info.lines().find_map(|l| l.strip_prefix(&prefix)) else {
-            return 0;
-        };
-        let field = |name: &str| -> u64 {
-            line.split(',')
-                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
-                .and_then(|n| n.trim().parse().ok())
-                .unwrap_or(0)
-        };
-        field("calls").saturating_sub(field("failed_calls"))
-    }
-
-    pub fn calls(&self, command: &str) -> u64 {
-        let info = self.cli(&["info", "commandstats"]);
-        let prefix = format!("cmdstat_{command}:calls=");
-        info.lines()
-            .find_map(|l| l.strip_prefix(&prefix))
-            .and_then(|rest| rest.split(',').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
+        let stats = self.commandstats(command);
+        field(&stats, "calls").saturating_sub(field(&stats, "failed_calls"))
     }
 
     pub fn kill(&mut self) {
@@ -466,4 +468,12 @@ impl Drop for RedisSentinel {
             let _ = c.wait();
         }
     }
+}
+
+/// One field of a `commandstats` line, 0 when absent.
+fn field(stats: &[(String, u64)], name: &str) -> u64 {
+    stats
+        .iter()
+        .find_map(|(k, v)| (k == name).then_some(*v))
+        .unwrap_or(0)
 }

@@ -58,7 +58,7 @@ impl QuotaStream {
             {
                 return Plan::Shared(mine, fleet);
             }
-            if let Some(members) = self.shared.fleets.get(table, fresh, self.member, b.demand) {
+            if let Some(members) = fleets.get(table, fresh, self.member, b.demand) {
                 return Plan::Cached(Fleet::Members(members));
             }
         }
