@@ -57,10 +57,10 @@ impl IoThread {
         })
     }
 
-    /// How late the thread has run lately: a call timed while it ran late
-    /// by that much was slowed by this process, not by Redis.
-    pub(super) fn lag(&self) -> std::time::Duration {
-        self.lag.recent()
+    /// How late the thread runs, lately or now: a reply may have waited
+    /// that long in its socket, slowed by this process, not by Redis.
+    pub(super) fn late_now(&self) -> std::time::Duration {
+        self.lag.late_now()
     }
 
     /// Runs `fut` on the I/O thread (so whatever it spawns lives there).

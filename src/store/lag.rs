@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 const TICK: Duration = Duration::from_millis(5);
+const TICK_US: u64 = 5_000;
 /// The worst lateness is kept over two windows of this length.
 const WINDOW_MS: u64 = 250;
 
@@ -23,6 +24,10 @@ pub(crate) struct Lag {
     previous: AtomicU64,
     /// The current window's start, in ms after `base`.
     window: AtomicU64,
+    /// When the ticker last woke, in µs after `base`, plus one (0: it has
+    /// not started): a ticker that has not woken for long is late now,
+    /// before it can record it.
+    woke: AtomicU64,
 }
 
 impl Lag {
@@ -32,7 +37,28 @@ impl Lag {
             current: AtomicU64::new(0),
             previous: AtomicU64::new(0),
             window: AtomicU64::new(0),
+            woke: AtomicU64::new(0),
         }
+    }
+
+    fn since_base_us(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// How late the runtime is running, including a lateness still under
+    /// way: the worst recent one, or how far past its tick the ticker is
+    /// now (a thread kept off a core records nothing until it runs again,
+    /// and everything it would have read meanwhile waits in its sockets).
+    pub(crate) fn late_now(&self) -> Duration {
+        let woke = self.woke.load(Relaxed);
+        if woke == 0 {
+            return self.recent();
+        }
+        let overdue = self
+            .since_base_us()
+            .saturating_sub(woke - 1)
+            .saturating_sub(TICK_US);
+        self.recent().max(Duration::from_micros(overdue))
     }
 
     /// The worst lateness seen lately (about the last quarter to half
@@ -59,6 +85,7 @@ impl Lag {
                 () = tokio::time::sleep(TICK) => {}
                 () = token.cancelled() => return,
             }
+            self.woke.store(self.since_base_us() + 1, Relaxed);
             self.record(asked.elapsed().saturating_sub(TICK));
         }
     }
@@ -86,6 +113,28 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_lateness_still_under_way_counts_before_it_is_recorded() {
+        let lag = Lag::new();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(lag.late_now(), Duration::ZERO, "not ticking yet: no claim");
+        lag.woke.store(lag.since_base_us() + 1, Relaxed);
+        assert_eq!(lag.late_now(), Duration::ZERO);
+        // The ticker has not woken for 45 ms: 40 ms past its tick, though
+        // it has recorded nothing yet.
+        tokio::time::advance(Duration::from_millis(45)).await;
+        assert_eq!(lag.recent(), Duration::ZERO);
+        assert_eq!(lag.late_now(), Duration::from_millis(40));
+        // Once it runs, it records that lateness and is on time again.
+        lag.woke.store(lag.since_base_us() + 1, Relaxed);
+        lag.record(Duration::from_millis(40));
+        assert_eq!(
+            lag.late_now(),
+            Duration::from_millis(40),
+            "the recent worst"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_runtime_on_time_shows_no_lag() {
         let lag = std::sync::Arc::new(Lag::new());
         let token = CancellationToken::new();
@@ -95,6 +144,7 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert_eq!(lag.recent(), Duration::ZERO);
+        assert!(lag.late_now() <= TICK, "{:?}", lag.late_now());
         token.cancel();
         let _ = watcher.await;
     }

@@ -348,13 +348,14 @@ impl super::Primary for RedisStore {
         Box::pin(self.connect())
     }
 
-    fn stalled(&self, wait: Duration) -> Option<bool> {
+    fn stalled(&self, at_least: Duration, workers_late: Duration) -> Option<bool> {
         match self.live.load().as_deref() {
             Some(Live::Single(batcher, _)) => {
-                // The batcher's clock runs on the I/O thread: if that ran
-                // late by half the wait, a slow call says nothing of Redis.
-                let late = self.io.as_ref().is_some_and(|io| io.lag() * 2 >= wait);
-                Some(!late && batcher.stalled(wait))
+                // The batcher marks calls answered on the I/O thread (on
+                // the workers without it): a reply waits in the socket for
+                // as long as that thread runs late, so that is added.
+                let late = self.io.as_ref().map_or(workers_late, IoThread::late_now);
+                Some(batcher.stalled(at_least + late))
             }
             _ => None,
         }

@@ -13,7 +13,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+mod blame;
 mod recovery;
+
+use blame::{Blame, Silence};
 
 use super::breaker::{Breaker, PROBE_MAX, Verdict};
 use super::demand::{DemandUpdate, Fleet, MemberDemand};
@@ -37,11 +40,12 @@ pub trait Primary: Send + Sync + 'static {
     /// increment script on a probe key), returning how long that call took.
     fn probe(&self) -> BoxFuture<'_, Result<Duration, StoreError>>;
 
-    /// Whether a call to the store has gone unanswered for at least `wait`:
-    /// what tells a slow store from sluice's own queueing when a request
-    /// waited too long. `None` when the store cannot tell; then every such
-    /// wait counts against the store.
-    fn stalled(&self, _wait: Duration) -> Option<bool> {
+    /// Whether a call to the store has gone unanswered for at least
+    /// `at_least`, on a clock that runs on time (the thread that reads the
+    /// replies may run late; `workers_late` is how late the workers run
+    /// now): what tells a slow store from sluice's own queueing when a
+    /// request waited too long. `None` when the store cannot tell.
+    fn stalled(&self, _at_least: Duration, _workers_late: Duration) -> Option<bool> {
         None
     }
 
@@ -101,6 +105,9 @@ pub struct Resilient {
     /// How late the runtime runs tasks lately: a call that waited too long
     /// while it ran late is not the store's fault.
     lag: Arc<Lag>,
+    /// How long the store has answered nothing since a wait was put down
+    /// to sluice's lateness.
+    silence: Silence,
 }
 
 /// Settings of the safety net.
@@ -137,6 +144,7 @@ impl Resilient {
             wake: Notify::new(),
             metrics,
             lag: Arc::new(Lag::new()),
+            silence: Silence::new(),
         }
     }
 
@@ -219,12 +227,19 @@ impl Resilient {
         })
     }
 
-    /// Whether a wait that ran out was sluice's own: the runtime ran late
-    /// by half the wait, or no store call has been unanswered for half of
-    /// it (a call sent as the wait began and still unanswered is the
-    /// store's doing; the batcher times calls on its own thread).
-    fn sluices_own(&self, wait: Duration) -> bool {
-        self.lag.recent() * 2 >= wait || self.primary.stalled(wait / 2) == Some(false)
+    /// Whose a wait that ran out was ([`blame`]): the store's when a call
+    /// to it went unanswered for half the wait on a clock that runs on time
+    /// (a call sent as the wait began and still unanswered is the store's
+    /// doing), or when it has answered nothing for too long; sluice's own
+    /// otherwise. A store that cannot tell is judged by how late the
+    /// workers run.
+    fn blame(&self, wait: Duration) -> Blame {
+        let late = self.lag.late_now();
+        let own = match self.primary.stalled(wait / 2, late) {
+            Some(stalled) => !stalled,
+            None => late * 2 >= wait,
+        };
+        self.silence.ran_out(own)
     }
 
     /// One call to the primary under the breaker and the timeout, its
@@ -250,7 +265,7 @@ impl Resilient {
             // Waited too long, but no call to the store has, or the runtime
             // itself ran late: the wait was sluice's own (its queue, its
             // CPU), so not the store's fault.
-            Err(_) if self.sluices_own(wait) => {
+            Err(_) if self.blame(wait) == Blame::Sluice => {
                 if self.metrics.bound_hit(crate::metrics::Bound::Shed, 1) {
                     warn!(
                         wait_ms = wait.as_millis(),
@@ -269,6 +284,7 @@ impl Resilient {
     fn outcome<T>(&self, result: Result<T, StoreError>, took: Duration) -> Result<T, Undecided> {
         match result {
             Ok(counts) => {
+                self.silence.answered();
                 self.metrics.store_call(StoreCall::Ok, took);
                 if self.faulty.swap(false, Relaxed) {
                     self.breaker.lock().success();
@@ -278,6 +294,7 @@ impl Resilient {
             Err(StoreError::Rejected(reason)) => {
                 // This request's own data: decided by the policy, and the
                 // store's health is not in question.
+                self.silence.answered();
                 self.metrics.store_call(StoreCall::Rejected, took);
                 warn!(reason = %reason, "store refused a counter; this request is decided by --store-failure");
                 Err(Undecided::Store)

@@ -83,7 +83,7 @@ impl Primary for Arc<Fake> {
         "redis"
     }
 
-    fn stalled(&self, _wait: Duration) -> Option<bool> {
+    fn stalled(&self, _at_least: Duration, _workers_late: Duration) -> Option<bool> {
         *self.stalled.lock().unwrap()
     }
 
@@ -206,9 +206,11 @@ async fn a_wait_that_was_sluices_own_sheds_and_never_trips_or_falls_back() {
     let token = CancellationToken::new();
     connected(&r, &token).await;
     *fake.mode.lock().unwrap() = Mode::Hang;
-    // No call of the store's is outstanding: the wait was sluice's queue.
+    // No call of the store's is outstanding: the wait was sluice's queue
+    // (for 40 waits of 20 ms, less than the silence that ends the benefit
+    // of the doubt).
     *fake.stalled.lock().unwrap() = Some(false);
-    for _ in 0..50 {
+    for _ in 0..40 {
         let e = r.increment(&[inc("a")]).await.unwrap_err();
         assert!(matches!(e, StoreError::Busy(_)), "{e}");
     }
@@ -222,6 +224,56 @@ async fn a_wait_that_was_sluices_own_sheds_and_never_trips_or_falls_back() {
         "no trip without evidence about the store"
     );
     assert_eq!(r.counters().live, 0, "nothing moved onto the fallback");
+    token.cancel();
+}
+
+/// The evidence of sluice's lateness can mislead on a host loaded past
+/// every measure: a store that answers nothing at all is found out once it
+/// has been silent for the bound, however late sluice seems.
+#[tokio::test(start_paused = true)]
+async fn a_store_that_answers_nothing_is_found_out_whatever_sluices_lateness() {
+    let fake = Fake::new(Mode::Count);
+    let r = net(&fake, FailurePolicy::Fallback);
+    let token = CancellationToken::new();
+    connected(&r, &token).await;
+    *fake.mode.lock().unwrap() = Mode::Hang;
+    *fake.stalled.lock().unwrap() = Some(false);
+    let hung = Instant::now();
+    let mut shed = 0;
+    while r.health().healthy {
+        assert!(
+            hung.elapsed() < blame::SILENCE_BOUND + Duration::from_millis(20) * 10,
+            "still trusted after {:?} of silence",
+            hung.elapsed()
+        );
+        match r.increment(&[inc("a")]).await {
+            Err(StoreError::Busy(_)) => shed += 1,
+            // Decided by the fallback: the store's fault.
+            Ok(t) => assert_eq!(t.len(), 1),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(shed > 0, "sluice's lateness was believed at first");
+    assert!(
+        hung.elapsed() >= blame::SILENCE_BOUND,
+        "found out after {:?}",
+        hung.elapsed()
+    );
+    // An answer again: the benefit of the doubt comes back.
+    *fake.mode.lock().unwrap() = Mode::Count;
+    for _ in 0..100 {
+        if r.health().healthy {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(r.health().healthy, "taken back");
+    r.increment(&[inc("a")]).await.unwrap();
+    *fake.mode.lock().unwrap() = Mode::Hang;
+    assert!(matches!(
+        r.increment(&[inc("a")]).await,
+        Err(StoreError::Busy(_))
+    ));
     token.cancel();
 }
 

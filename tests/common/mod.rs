@@ -326,9 +326,8 @@ pub async fn ask(
 /// The answer to the call `make` builds, asked again for up to 2 s while
 /// sluice sheds it for its own lateness; any other error as it came. Sheds
 /// come from a loaded test machine starving sluice past a short store
-/// timeout, and in the first few hundred milliseconds after a store
-/// connects (a known defect, not yet traced: a Redis that stops then reads
-/// as sluice's own lateness, and requests are shed).
+/// timeout (a store silent for 1 s is found out whatever the lateness:
+/// `tests/starved.rs`).
 pub async fn past_sheds(
     c: &mut RateLimitServiceClient<Channel>,
     make: impl Fn() -> tonic::Request<RateLimitRequest>,

@@ -1,0 +1,114 @@
+//! Whose a store wait that ran out was: the store's (a fault for the
+//! breaker, decided by the failure policy) or sluice's own (its queue, its
+//! CPU: shed, the store's health not in question).
+//!
+//! The evidence is a clock that runs on time: a call the store left
+//! unanswered for half the wait, plus however late the thread that reads
+//! its replies is running, was the store's doing; a reply read late by a
+//! starved thread is not. Evidence can still mislead on a host loaded past
+//! every measure, so silence decides in the end: once the store has answered
+//! nothing at all for [`SILENCE_BOUND`] since a wait was first judged
+//! sluice's own, every wait that runs out is the store's. A store that
+//! answers no one is thus found out within that bound plus the waits that
+//! trip the breaker, whatever the host's load.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// How long a store may answer nothing at all before its waits are its own
+/// fault, whatever the evidence of sluice's lateness.
+pub(crate) const SILENCE_BOUND: Duration = Duration::from_secs(1);
+
+/// Who a wait that ran out is put down to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Blame {
+    /// sluice ran late: shed the request, tell the breaker nothing.
+    Sluice,
+    /// The store: a fault, and the failure policy decides.
+    Store,
+}
+
+/// The store's silence since a wait was first put down to sluice.
+#[derive(Debug)]
+pub(super) struct Silence {
+    base: Instant,
+    /// Milliseconds after `base`, plus one, of the first wait put down to
+    /// sluice since the store last answered; 0 while it answers.
+    since: AtomicU64,
+}
+
+impl Silence {
+    pub(super) fn new() -> Silence {
+        Silence {
+            base: Instant::now(),
+            since: AtomicU64::new(0),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The store answered (counts, or an error in its own words): it is
+    /// not silent. A load first, so the hot path writes nothing shared.
+    pub(super) fn answered(&self) {
+        if self.since.load(Relaxed) != 0 {
+            self.since.store(0, Relaxed);
+        }
+    }
+
+    /// A wait ran out; `sluices_own` is what the evidence says of it.
+    pub(super) fn ran_out(&self, sluices_own: bool) -> Blame {
+        if !sluices_own {
+            return Blame::Store;
+        }
+        let now = self.now_ms() + 1;
+        let since = match self.since.compare_exchange(0, now, Relaxed, Relaxed) {
+            Ok(_) => now,
+            Err(earlier) => earlier,
+        };
+        let bound = u64::try_from(SILENCE_BOUND.as_millis()).unwrap_or(u64::MAX);
+        if now.saturating_sub(since) >= bound {
+            Blame::Store
+        } else {
+            Blame::Sluice
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn evidence_against_the_store_is_enough() {
+        let s = Silence::new();
+        assert_eq!(s.ran_out(false), Blame::Store);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sluices_lateness_is_believed_until_the_store_has_been_silent_too_long() {
+        let s = Silence::new();
+        assert_eq!(s.ran_out(true), Blame::Sluice);
+        tokio::time::advance(SILENCE_BOUND - Duration::from_millis(1)).await;
+        assert_eq!(s.ran_out(true), Blame::Sluice);
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(s.ran_out(true), Blame::Store, "silent for the bound");
+        assert_eq!(s.ran_out(true), Blame::Store, "and while it stays silent");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_ends_the_silence() {
+        let s = Silence::new();
+        assert_eq!(s.ran_out(true), Blame::Sluice);
+        tokio::time::advance(SILENCE_BOUND * 2).await;
+        s.answered();
+        assert_eq!(s.ran_out(true), Blame::Sluice, "it answered: ours again");
+        tokio::time::advance(SILENCE_BOUND / 2).await;
+        assert_eq!(s.ran_out(true), Blame::Sluice);
+        tokio::time::advance(SILENCE_BOUND / 2).await;
+        assert_eq!(s.ran_out(true), Blame::Store);
+    }
+}
