@@ -130,6 +130,7 @@ impl RateLimiter {
         settings: Settings,
     ) -> Self {
         let pending = Arc::new(admission::Pending::new(settings.max_pending));
+        metrics.register(Box::new(admission::PendingGauge(pending.clone())));
         RateLimiter {
             rules,
             store,

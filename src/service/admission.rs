@@ -7,6 +7,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
 use tokio::time::Instant;
 use tonic::metadata::MetadataMap;
 
@@ -61,6 +63,23 @@ impl Pending {
         }
         let share = self.max / usize::try_from(open().max(1)).unwrap_or(usize::MAX);
         (conn.is_some() && mine < share.max(1)).then_some(slot)
+    }
+}
+
+/// `sluice_pending_decisions`: how many decisions wait for the store now,
+/// read at a scrape (the request path only moves the count it keeps anyway).
+#[derive(Debug)]
+pub(crate) struct PendingGauge(pub(crate) std::sync::Arc<Pending>);
+
+impl Collector for PendingGauge {
+    fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let n = i64::try_from(self.0.n.load(Relaxed)).unwrap_or(i64::MAX);
+        crate::metrics::encode::gauge(
+            &mut enc,
+            "sluice_pending_decisions",
+            "Decisions waiting for the store now (or its local cache); past --max-pending requests are shed.",
+            n,
+        )
     }
 }
 

@@ -350,6 +350,8 @@ impl RedisCluster {
 pub struct DelayProxy {
     pub port: u16,
     delay_ms: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Chunks read from clients so far (before their delay).
+    chunks: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl DelayProxy {
@@ -359,6 +361,8 @@ impl DelayProxy {
         let port = listener.local_addr().expect("addr").port();
         let delay_ms = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let delay = delay_ms.clone();
+        let chunks = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let seen = chunks.clone();
         std::thread::spawn(move || {
             for client in listener.incoming().map_while(Result::ok) {
                 let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
@@ -371,13 +375,14 @@ impl DelayProxy {
                     server.try_clone().expect("clone"),
                 );
                 let (mut s_read, mut c_write) = (server, client);
-                let delay = delay.clone();
+                let (delay, seen) = (delay.clone(), seen.clone());
                 std::thread::spawn(move || {
                     let mut buf = [0u8; 16384];
                     while let Ok(n) = c_read.read(&mut buf) {
                         if n == 0 {
                             break;
                         }
+                        seen.fetch_add(1, Ordering::Relaxed);
                         std::thread::sleep(Duration::from_millis(delay.load(Ordering::Relaxed)));
                         if s_write.write_all(&buf[..n]).is_err() {
                             break;
@@ -391,7 +396,16 @@ impl DelayProxy {
                 });
             }
         });
-        DelayProxy { port, delay_ms }
+        DelayProxy {
+            port,
+            delay_ms,
+            chunks,
+        }
+    }
+
+    /// Chunks the proxy has read from sluice so far: a call sent.
+    pub fn chunks(&self) -> u64 {
+        self.chunks.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn set_delay(&self, ms: u64) {
