@@ -278,6 +278,20 @@ impl RuleCounters for Metrics {
     }
 }
 
+impl crate::config::RulesObserver for Metrics {
+    fn loaded(&self, outcome: Result<u64, ()>) {
+        self.config_load(outcome);
+    }
+
+    fn xds_failed(&self) -> bool {
+        self.bound_hit(Bound::XdsStreamFailed, 1)
+    }
+
+    fn xds_coalesced(&self) -> bool {
+        self.bound_hit(Bound::XdsCoalesced, 1)
+    }
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Metrics::with_limits(MetricBounds::default())

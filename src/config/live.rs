@@ -11,7 +11,20 @@ use parking_lot::Mutex;
 use tracing::{debug, error, info};
 
 use super::{LoadError, LoadOptions, Rules, load_dir, stat_fingerprint};
-use crate::metrics::Metrics;
+use crate::rule_stats::RuleCounters;
+
+/// Who hears how the rules load (the metrics, watching from the side): it
+/// hands compiled rules their counters and is told of every load, so config
+/// compiles and reloads knowing nothing of metrics.
+pub trait RulesObserver: RuleCounters + Send + Sync + std::fmt::Debug {
+    /// A load put `generation` in force (`Ok`), or was rejected (`Err`).
+    fn loaded(&self, outcome: Result<u64, ()>);
+    /// The xDS stream failed; whether to log it (not more than once in 10 s).
+    fn xds_failed(&self) -> bool;
+    /// An xDS response was replaced by a newer one before it was applied;
+    /// whether to log it (not more than once in 10 s).
+    fn xds_coalesced(&self) -> bool;
+}
 
 /// One generation of rules.
 #[derive(Debug, Default)]
@@ -65,7 +78,7 @@ pub struct LiveRules {
     /// The xDS version of the rules in force.
     version: Mutex<Option<String>>,
     opts: LoadOptions,
-    metrics: Arc<Metrics>,
+    observer: Arc<dyn RulesObserver>,
 }
 
 impl LiveRules {
@@ -73,11 +86,11 @@ impl LiveRules {
     pub fn load(
         dir: &Path,
         opts: LoadOptions,
-        metrics: Arc<Metrics>,
+        observer: Arc<dyn RulesObserver>,
     ) -> Result<LiveRules, LoadError> {
         let stat = stat_fingerprint(dir, opts.max_files);
-        let rules = load_dir(dir, opts, &*metrics).inspect_err(|_| metrics.config_load(Err(())))?;
-        metrics.config_load(Ok(1));
+        let rules = load_dir(dir, opts, &*observer).inspect_err(|_| observer.loaded(Err(())))?;
+        observer.loaded(Ok(1));
         Ok(LiveRules {
             current: ArcSwap::from_pointee(Loaded {
                 generation: 1,
@@ -91,13 +104,13 @@ impl LiveRules {
             xds: None,
             version: Mutex::new(None),
             opts,
-            metrics,
+            observer,
         })
     }
 
     /// Rules that will come from the xDS server `server`: none until its
     /// first good response (every domain is unknown, so everything is OK).
-    pub fn for_xds(server: &str, opts: LoadOptions, metrics: Arc<Metrics>) -> LiveRules {
+    pub fn for_xds(server: &str, opts: LoadOptions, observer: Arc<dyn RulesObserver>) -> LiveRules {
         LiveRules {
             current: ArcSwap::from_pointee(Loaded::default()),
             stat_seen: AtomicU64::new(0),
@@ -108,7 +121,7 @@ impl LiveRules {
             xds: Some(server.to_owned()),
             version: Mutex::new(None),
             opts,
-            metrics,
+            observer,
         }
     }
 
@@ -155,9 +168,9 @@ impl LiveRules {
         &self.dir
     }
 
-    /// The metrics the rules count into.
-    pub fn metrics(&self) -> &Metrics {
-        &self.metrics
+    /// Who hears how the rules load, and hands them their counters.
+    pub fn observer(&self) -> &dyn RulesObserver {
+        &*self.observer
     }
 
     /// The options the rules are loaded with.
@@ -199,7 +212,7 @@ impl LiveRules {
             stat_fingerprint(&self.dir, self.opts.max_files),
             Ordering::Relaxed,
         );
-        self.install(load_dir(&self.dir, self.opts, &*self.metrics), cause)
+        self.install(load_dir(&self.dir, self.opts, &*self.observer), cause)
     }
 
     /// Swaps in `result`'s rules, or keeps the rules in force and records the
@@ -212,7 +225,7 @@ impl LiveRules {
                 let text = e.to_string();
                 let mut last = self.last_error.lock();
                 if last.as_deref() != Some(text.as_str()) {
-                    self.metrics.config_load(Err(()));
+                    self.observer.loaded(Err(()));
                     let keep = match e {
                         LoadError::Empty(_) | LoadError::Directory(..) => {
                             "the directory is missing or empty"
@@ -242,7 +255,7 @@ impl LiveRules {
         let domains = rules.summary();
         let changes = describe_changes(&previous.rules.summary(), &domains);
         self.current.store(Arc::new(Loaded { generation, rules }));
-        self.metrics.config_load(Ok(generation));
+        self.observer.loaded(Ok(generation));
         info!(cause, generation, changes = %changes, "config generation {generation} is live");
         Ok(Reload::Swapped {
             generation,

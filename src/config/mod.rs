@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 pub use bucket::{BucketMatch, MAX_BUCKET_ENTRIES};
 pub use error::{ConfigError, LoadError};
-pub use live::{ConfigStatus, LiveRules, Loaded, Reload};
+pub use live::{ConfigStatus, LiveRules, Loaded, Reload, RulesObserver};
 pub use matcher::{Domain, Match, Rule};
 pub use model::{DescriptorDef, DomainFile, LimitDef, Origin, RateLimitDef, parse_file};
 

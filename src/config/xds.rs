@@ -29,7 +29,6 @@ mod convert;
 use convert::domain_file;
 
 use super::{ConfigError, LiveRules, LoadError, compile_files};
-use crate::metrics::Bound;
 
 /// The resource type sluice subscribes to.
 pub const TYPE_URL: &str = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig";
@@ -113,7 +112,7 @@ pub async fn run(cfg: XdsConfig, rules: Arc<LiveRules>, token: CancellationToken
             Err(e) => {
                 warn!(server = %cfg.server, error = %e, "xDS stream failed; reconnecting");
                 rules.xds_failed(&e);
-                rules.metrics().bound_hit(Bound::XdsStreamFailed, 1);
+                rules.observer().xds_failed();
             }
         }
         tokio::select! {
@@ -196,7 +195,7 @@ async fn follow(
                     return Ok(());
                 };
                 if pending.replace(resp).is_some()
-                    && rules.metrics().bound_hit(Bound::XdsCoalesced, 1)
+                    && rules.observer().xds_coalesced()
                 {
                     info!("xDS versions arrive faster than --xds-min-apply-interval; applying the newest (logged once per 10 s)");
                 }
@@ -304,7 +303,7 @@ fn compile(resp: &DiscoveryResponse, rules: &LiveRules) -> Result<super::Rules, 
     if !errors.is_empty() {
         return Err(LoadError::Invalid(errors));
     }
-    compile_files(files, rules.options(), rules.metrics(), hasher.finish())
+    compile_files(files, rules.options(), rules.observer(), hasher.finish())
 }
 
 fn error(field: &str, message: String) -> ConfigError {

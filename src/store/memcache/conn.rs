@@ -1,0 +1,206 @@
+//! memcached's text protocol on one connection: the commands the store
+//! counts with (`incr`, `decr`, `add`, `cas`, `gets`), each reply read
+//! whole or the connection retired, and the pool's connection manager.
+
+use std::io;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufStream};
+use tokio::net::TcpStream;
+
+use super::unavailable;
+use crate::store::{Increment, StoreError};
+
+/// Bytes of a reply line we read at most; memcached's are far shorter.
+const MAX_LINE: u64 = 512;
+
+/// One connection. `pending` is set from a command's first byte until its
+/// whole reply is read: a call cut short (the store timeout drops it, a
+/// reply that does not parse) leaves bytes in flight, and such a connection
+/// must never serve another request, which would read the old reply as its
+/// own count.
+pub(super) struct Conn {
+    io: BufStream<TcpStream>,
+    pending: bool,
+}
+
+/// What `gets` found.
+pub(super) struct Found {
+    pub(super) value: u64,
+    pub(super) cas: u64,
+}
+
+impl Conn {
+    /// Writes a command and reads the first line of its reply; the caller
+    /// clears `pending` once it has read the rest.
+    pub(super) async fn send(&mut self, cmd: &str) -> Result<String, StoreError> {
+        self.pending = true;
+        self.io
+            .write_all(cmd.as_bytes())
+            .await
+            .map_err(unavailable)?;
+        self.io.flush().await.map_err(unavailable)?;
+        self.line().await
+    }
+
+    pub(super) async fn line(&mut self) -> Result<String, StoreError> {
+        let mut line = String::new();
+        let n = (&mut self.io)
+            .take(MAX_LINE)
+            .read_line(&mut line)
+            .await
+            .map_err(unavailable)?;
+        if n == 0 {
+            return Err(unavailable("memcached closed the connection"));
+        }
+        if !line.ends_with("\r\n") {
+            return Err(StoreError::BadReply(format!("reply line {line:.40}")));
+        }
+        line.truncate(line.len() - 2);
+        Ok(line)
+    }
+
+    /// The count after `incr`, or `None` when the key is missing.
+    pub(super) async fn incr(&mut self, key: &str, by: u64) -> Result<Option<u64>, StoreError> {
+        self.arithmetic("incr", key, by).await
+    }
+
+    /// The count after `decr` (memcached floors it at 0), or `None` when the
+    /// key is missing: a refund never makes a counter.
+    pub(super) async fn decr(&mut self, key: &str, by: u64) -> Result<Option<u64>, StoreError> {
+        self.arithmetic("decr", key, by).await
+    }
+
+    /// `incr` or `decr` (`verb`): the count after, or `None` when missing.
+    async fn arithmetic(
+        &mut self,
+        verb: &str,
+        key: &str,
+        by: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        let reply = self.send(&format!("{verb} {key} {by}\r\n")).await?;
+        self.pending = false;
+        match reply.as_str() {
+            "NOT_FOUND" => Ok(None),
+            r if r.starts_with("CLIENT_ERROR") => Err(StoreError::Rejected(r.to_owned())),
+            r => r
+                .parse()
+                .map(Some)
+                .map_err(|_| StoreError::BadReply(format!("{verb} answered {r:.40}"))),
+        }
+    }
+
+    /// This window's counter after adding `hits`, or after giving them back.
+    pub(super) async fn window_count(
+        &mut self,
+        key: &str,
+        inc: &Increment,
+        ttl: u64,
+    ) -> Result<u64, StoreError> {
+        if inc.refund {
+            Ok(self.decr(key, inc.hits).await?.unwrap_or(0))
+        } else {
+            self.add_hits(key, inc.hits, ttl).await
+        }
+    }
+
+    /// `add` (`cas` = None) or `cas`: whether it was stored.
+    pub(super) async fn store(
+        &mut self,
+        key: &str,
+        value: u64,
+        ttl: u64,
+        cas: Option<u64>,
+    ) -> Result<bool, StoreError> {
+        let data = value.to_string();
+        let cmd = match cas {
+            None => format!("add {key} 0 {ttl} {}\r\n{data}\r\n", data.len()),
+            Some(c) => format!("cas {key} 0 {ttl} {} {c}\r\n{data}\r\n", data.len()),
+        };
+        let reply = self.send(&cmd).await?;
+        self.pending = false;
+        match reply.as_str() {
+            "STORED" => Ok(true),
+            "NOT_STORED" | "EXISTS" | "NOT_FOUND" => Ok(false),
+            r => Err(StoreError::BadReply(format!("store answered {r:.40}"))),
+        }
+    }
+
+    pub(super) async fn gets(&mut self, key: &str) -> Result<Option<Found>, StoreError> {
+        let head = self.send(&format!("gets {key}\r\n")).await?;
+        if head == "END" {
+            self.pending = false;
+            return Ok(None);
+        }
+        let bad = || StoreError::BadReply(format!("gets answered {head:.60}"));
+        let parts: Vec<&str> = head.split(' ').collect();
+        let (len, cas) = match parts.as_slice() {
+            ["VALUE", _, _, len, cas] => (
+                len.parse::<u64>().map_err(|_| bad())?,
+                cas.parse::<u64>().map_err(|_| bad())?,
+            ),
+            _ => return Err(bad()),
+        };
+        if len > 32 {
+            return Err(StoreError::Rejected(format!("{key} holds {len} bytes")));
+        }
+        let data = self.line().await?;
+        if self.line().await? != "END" {
+            return Err(bad());
+        }
+        self.pending = false;
+        let value = data
+            .parse()
+            .map_err(|_| StoreError::Rejected(format!("{key} holds no number")))?;
+        Ok(Some(Found { value, cas }))
+    }
+
+    /// Adds `hits` to a window counter, creating it if needed: the count after.
+    pub(super) async fn add_hits(
+        &mut self,
+        key: &str,
+        hits: u64,
+        ttl: u64,
+    ) -> Result<u64, StoreError> {
+        for _ in 0..3 {
+            if let Some(n) = self.incr(key, hits).await? {
+                return Ok(n);
+            }
+            if self.store(key, hits, ttl, None).await? {
+                return Ok(hits);
+            }
+            // Another instance created it in between: count on top of it.
+        }
+        Err(StoreError::Unavailable(format!("{key} keeps vanishing")))
+    }
+}
+
+/// Opens connections to one server.
+pub(super) struct Manager {
+    pub(super) addr: String,
+    pub(super) timeout: Duration,
+}
+
+impl bb8::ManageConnection for Manager {
+    type Connection = Conn;
+    type Error = io::Error;
+
+    async fn connect(&self) -> Result<Conn, io::Error> {
+        let stream = tokio::time::timeout(self.timeout, TcpStream::connect(&self.addr))
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
+        let _ = stream.set_nodelay(true);
+        Ok(Conn {
+            io: BufStream::new(stream),
+            pending: false,
+        })
+    }
+
+    async fn is_valid(&self, _: &mut Conn) -> Result<(), io::Error> {
+        Ok(())
+    }
+
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        conn.pending
+    }
+}
