@@ -2,7 +2,7 @@
 //! and no request beyond sluice's admin port, shows a rule turning
 //! over-limit within seconds of a flood, the store degraded while Redis is
 //! down, and a broken rule file's error. A screenshot under load is saved as
-//! `target/console-under-load.png` (an artifact of the run, not in git).
+//! `target/tmp/console-under-load.png` (an artifact of the run, not in git).
 
 mod common;
 
@@ -78,7 +78,8 @@ fn the_console_shows_what_the_limiter_is_doing() {
         top.contains("203.0.x.x~") && !top.contains("113.7"),
         "{top}"
     );
-    let shot = common::workspace().join("target/console-under-load.png");
+    // Where cargo keeps test output, wherever the target directory is.
+    let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-under-load.png");
     browser.screenshot(&shot);
     assert!(std::fs::metadata(&shot).expect("screenshot").len() > 10_000);
 
