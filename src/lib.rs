@@ -43,6 +43,7 @@ pub mod cli;
 pub mod config;
 pub(crate) mod conn;
 pub mod console;
+pub(crate) mod counters;
 pub mod fuzzing;
 pub(crate) mod health_probe;
 pub(crate) mod hex;

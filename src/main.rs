@@ -32,6 +32,7 @@ fn main() -> ExitCode {
         Some(Command::Bench(args)) => app::bench(args),
         Some(Command::Health(args)) => app::health(&args),
         Some(Command::Ratelimit) => return finish(ratelimit()),
+        Some(Command::Counters(args)) => app::counters(&args),
         None => app::serve(cli.serve, &[]),
     };
     finish(result.map_err(anyhow::Error::from))

@@ -25,9 +25,11 @@ mod admission;
 mod decide;
 mod headers;
 mod metadata;
+mod peek;
 mod resolve;
 
 pub use headers::ResponseHeaders;
+pub(crate) use peek::{Peeked, PeekedDescriptor, PeekedLimit};
 pub use resolve::Knobs;
 
 /// Service-wide switches.

@@ -12,6 +12,7 @@ fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
 fn foreign_hosts_and_cross_site_posts_are_refused() {
     let a = AdminAccess {
         allowed_hosts: vec!["sluice.internal".into()],
+        token_file: None,
     };
     let ok =
         |m: Method, h: &[(&'static str, &'static str)]| check_access(&a, &m, &headers(h)).is_ok();

@@ -11,6 +11,9 @@
 //! - `GET /rlconfig`: the active rules, one per line, sorted.
 //! - `POST /json`: protojson `RateLimitRequest` in, `RateLimitResponse` out.
 //! - `POST /reload`: load the config directory again and say what happened.
+//! - `POST /api/counters`, `POST /api/counters/reset`, `GET /api/counters/top`:
+//!   look a client's counters up, reset them, who is refused now
+//!   ([`counters`]; the token of `--admin-token-file`, or loopback only).
 //!
 //! The port serves operators and probes, and the console for operators only: a request whose
 //! `Host` is not an address, `localhost` or an `--admin-allowed-hosts` name
@@ -38,10 +41,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 mod access;
+mod counters;
 
 use crate::config::Reload;
 use crate::conn::{self, ConnBounds, Guarded, IdleBy};
 use crate::console::{self, Console};
+use crate::counters::Counters;
 use crate::metrics::Listener;
 use crate::protojson;
 use crate::service::{RateLimiter, ServiceError};
@@ -58,6 +63,8 @@ pub struct AdminState {
     pub healthcheck: HealthcheckPolicy,
     /// What the console page shows.
     pub console: Arc<Console>,
+    /// The counters endpoints' token and numbers.
+    pub(crate) counters: Arc<Counters>,
 }
 
 /// What `GET /healthcheck` requires besides not shutting down, as the
@@ -80,6 +87,8 @@ pub struct AdminAccess {
     /// Host names accepted in `Host` besides IP addresses and `localhost`
     /// (`--admin-allowed-hosts`), lowercase.
     pub allowed_hosts: Vec<String>,
+    /// The counters endpoints' token (`--admin-token-file`).
+    pub token_file: Option<std::path::PathBuf>,
 }
 
 /// Bounds of the admin listener.
@@ -122,6 +131,9 @@ pub fn router(state: AdminState) -> Router {
         .route("/rlconfig", get(rlconfig))
         .route("/json", post(json_decide))
         .route("/reload", post(reload))
+        .route("/api/counters", post(counters::lookup))
+        .route("/api/counters/reset", post(counters::reset))
+        .route("/api/counters/top", get(counters::top))
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state)
 }
@@ -152,8 +164,15 @@ pub async fn run(
                 None => break,
             },
         };
+        let peer = stream.peer_addr().ok();
         let io = Guarded::new(stream, ticket, limits.conn, IdleBy::Reads);
-        let svc = TowerToHyperService::new(app.clone());
+        // Every request knows its peer (the counters endpoints admit
+        // loopback peers when no token is configured).
+        let routes = match peer {
+            Some(p) => app.clone().layer(axum::Extension(counters::Peer(p))),
+            None => app.clone(),
+        };
+        let svc = TowerToHyperService::new(routes);
         let token = token.clone();
         let header_timeout = limits.header_timeout;
         tracker.spawn(async move {

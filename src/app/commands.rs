@@ -1,11 +1,12 @@
-//! The commands besides `serve`: `check`, `bench` and `health`.
+//! The commands besides `serve`: `check`, `bench`, `health` and `counters`.
 
 use std::io::Write as _;
 use std::process::ExitCode;
 
 use super::{AppError, Context as _};
-use crate::cli::{BenchArgs, CheckArgs, HealthArgs};
+use crate::cli::{BenchArgs, CheckArgs, CountersAction, CountersArgs, HealthArgs};
 use crate::config::load_dir;
+use crate::counters::client;
 use crate::health_probe;
 use crate::rule_stats::Detached;
 
@@ -84,4 +85,51 @@ pub fn health(args: &HealthArgs) -> Result<ExitCode, AppError> {
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// `sluice counters show|reset|top`: exit 0 on an answer, 1 when sluice
+/// refused the call (its words on stderr).
+pub fn counters(args: &CountersArgs) -> Result<ExitCode, AppError> {
+    let token = match &args.token_file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("--token-file {}", path.display()))?
+                .trim()
+                .to_owned(),
+        ),
+        None => std::env::var("SLUICE_ADMIN_TOKEN").ok(),
+    };
+    let (method, path, body) = match &args.action {
+        CountersAction::Show(t) => ("POST", "/api/counters", Some(t)),
+        CountersAction::Reset(t) => ("POST", "/api/counters/reset", Some(t)),
+        CountersAction::Top => ("GET", "/api/counters/top", None),
+    };
+    let body = body
+        .map(|t| client::body(&t.domain, &t.descriptors))
+        .transpose()
+        .map_err(AppError::msg)?;
+    let answer = client::call(
+        &args.admin,
+        method,
+        path,
+        token.as_deref(),
+        body.as_ref(),
+        args.timeout,
+    )
+    .map_err(AppError::msg)?;
+    if answer.status != 200 {
+        eprintln!("sluice counters: {} {}", answer.status, answer.body.trim());
+        return Ok(ExitCode::FAILURE);
+    }
+    let doc: serde_json::Value =
+        serde_json::from_str(&answer.body).context("the answer is not JSON")?;
+    let text = if args.json {
+        format!("{doc:#}\n")
+    } else if matches!(args.action, CountersAction::Top) {
+        client::top_table(&doc)
+    } else {
+        client::table(&doc)
+    };
+    let _ = std::io::stdout().write_all(text.as_bytes());
+    Ok(ExitCode::SUCCESS)
 }

@@ -121,6 +121,11 @@ pub struct ConnArgs {
     /// addresses and localhost (comma list), e.g. a Kubernetes service name.
     #[arg(long, env = "SLUICE_ADMIN_ALLOWED_HOSTS", value_delimiter = ',')]
     pub(crate) admin_allowed_hosts: Vec<String>,
+    /// A file holding the token the counters endpoints require (as
+    /// `Authorization: Bearer`), read again when it changes; without it they
+    /// answer loopback peers only.
+    #[arg(long, env = "SLUICE_ADMIN_TOKEN_FILE")]
+    pub(crate) admin_token_file: Option<std::path::PathBuf>,
 }
 
 impl ConnArgs {
@@ -166,6 +171,7 @@ impl ConnArgs {
                     .iter()
                     .map(|h| h.trim().trim_end_matches('.').to_ascii_lowercase())
                     .collect(),
+                token_file: self.admin_token_file.clone(),
             },
         }
     }

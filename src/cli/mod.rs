@@ -40,6 +40,53 @@ pub enum Command {
     /// Serve as envoyproxy/ratelimit is configured: from its environment
     /// variables only (what `/bin/ratelimit` in the image runs).
     Ratelimit,
+    /// Look a client's counters up, reset them, or list who is refused now,
+    /// through a running sluice's admin port.
+    Counters(CountersArgs),
+}
+
+/// `sluice counters show|reset|top`.
+#[derive(Args)]
+pub struct CountersArgs {
+    #[command(subcommand)]
+    pub(crate) action: CountersAction,
+    /// The admin port, as http://host:port.
+    #[arg(
+        long,
+        global = true,
+        env = "SLUICE_ADMIN_URL",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub(crate) admin: String,
+    /// A file holding the admin token (else SLUICE_ADMIN_TOKEN; neither: no
+    /// token, which a sluice without --admin-token-file accepts on loopback).
+    #[arg(long, global = true)]
+    pub(crate) token_file: Option<PathBuf>,
+    /// Print the answer's JSON instead of a table.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+    /// Longest wait for the answer.
+    #[arg(long, global = true, default_value = "5s", value_parser = parse_duration)]
+    pub(crate) timeout: Duration,
+}
+
+#[derive(Subcommand)]
+pub enum CountersAction {
+    /// What the descriptors meet now and why; spends nothing.
+    Show(CounterTarget),
+    /// Set every counter the descriptors use back to empty.
+    Reset(CounterTarget),
+    /// The keys refused most lately (in clear with the token).
+    Top,
+}
+
+#[derive(Args)]
+pub struct CounterTarget {
+    #[arg(long)]
+    pub(crate) domain: String,
+    /// A descriptor as key=value[,key=value...]; repeat for several.
+    #[arg(long = "descriptor", required = true)]
+    pub(crate) descriptors: Vec<String>,
 }
 
 #[derive(Args)]

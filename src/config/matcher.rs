@@ -42,7 +42,7 @@ pub struct Rule {
 /// A `*` pattern over the composite `key_value`: each `*` matches any run of
 /// characters, and the literal parts must appear in order.
 #[derive(Debug)]
-struct Pattern {
+pub(super) struct Pattern {
     parts: Box<[Box<str>]>,
 }
 
@@ -53,7 +53,12 @@ impl Pattern {
         }
     }
 
-    fn matches(&self, s: &str) -> bool {
+    /// The pattern as written (`key_prefix*`).
+    pub(super) fn text(&self) -> String {
+        self.parts.join("*")
+    }
+
+    pub(super) fn matches(&self, s: &str) -> bool {
         let (Some(first), Some(last)) = (self.parts.first(), self.parts.last()) else {
             return false;
         };
@@ -97,15 +102,15 @@ pub(super) struct Node {
 pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 #[derive(Debug, Default)]
-struct KeyNodes {
-    default: Option<Node>,
-    values: FastMap<Box<str>, Node>,
+pub(super) struct KeyNodes {
+    pub(super) default: Option<Node>,
+    pub(super) values: FastMap<Box<str>, Node>,
 }
 
 #[derive(Debug, Default)]
 pub(super) struct Level {
-    keys: FastMap<Box<str>, KeyNodes>,
-    wildcards: Vec<(Pattern, Node)>,
+    pub(super) keys: FastMap<Box<str>, KeyNodes>,
+    pub(super) wildcards: Vec<(Pattern, Node)>,
 }
 
 impl Level {

@@ -5,6 +5,7 @@
 
 mod bucket;
 mod error;
+mod explain;
 mod live;
 mod matcher;
 mod model;
@@ -19,6 +20,7 @@ use std::sync::Arc;
 
 pub use bucket::{BucketMatch, MAX_BUCKET_ENTRIES};
 pub use error::{ConfigError, LoadError};
+pub use explain::{Explanation, How, Step};
 pub use live::{ConfigStatus, LiveRules, Loaded, Reload, RulesObserver};
 pub use matcher::{Domain, Match, Rule};
 pub use model::{DescriptorDef, DomainFile, LimitDef, Origin, RateLimitDef, parse_file};

@@ -10,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr};
 /// The value with every address in it cut to its first half (`203.0.x.x`,
 /// `2001:db8:…`), or `None` when it holds none. In a list, a part that is
 /// not an address is hidden too (`?`): it may be one in a form not read.
-pub(super) fn mask(key: &str, value: &str) -> Option<String> {
+pub(crate) fn mask(key: &str, value: &str) -> Option<String> {
     let addressy = {
         let k = key.to_ascii_lowercase();
         k.contains("addr") || k.contains("ip") || k.contains("forwarded")

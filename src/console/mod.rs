@@ -9,7 +9,7 @@
 //! descriptor (as the limiter's [`OverLimitWatch`]), into the bounded sketch
 //! of the top over-limit keys ([`top::TopKeys`]).
 
-mod address;
+pub(crate) mod address;
 mod history;
 mod top;
 
@@ -141,6 +141,11 @@ impl Console {
             }
             st.last_error = status.last_error;
         }
+    }
+
+    /// The `n` keys most often over their limit lately, most first.
+    pub fn top_keys(&self, n: usize, now: u64) -> Vec<top::TopKey> {
+        self.top.top(n, now)
     }
 
     /// The document `GET /api/console` answers.

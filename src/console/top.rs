@@ -35,6 +35,17 @@ struct Slot {
     hash: u64,
     count: u64,
     text: Box<str>,
+    /// The key in clear, for an authorised operator (`/api/counters/top`).
+    clear: Clear,
+}
+
+/// A key of the top in clear: its domain, rule and entries as counted
+/// (email values hashed), each value cut to [`MAX_TEXT`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Clear {
+    pub domain: Box<str>,
+    pub rule: Box<str>,
+    pub entries: Box<[(Box<str>, Box<str>)]>,
 }
 
 #[derive(Debug, Default)]
@@ -44,17 +55,25 @@ struct Sketch {
 }
 
 impl Sketch {
-    fn add(&mut self, capacity: usize, hash: u64, hits: u64, text: impl FnOnce() -> Box<str>) {
+    fn add(
+        &mut self,
+        capacity: usize,
+        hash: u64,
+        hits: u64,
+        text: impl FnOnce() -> (Box<str>, Clear),
+    ) {
         if let Some(slot) = self.index.get(&hash).and_then(|&i| self.slots.get_mut(i)) {
             slot.count = slot.count.saturating_add(hits);
             return;
         }
         if self.slots.len() < capacity {
+            let (text, clear) = text();
             self.index.insert(hash, self.slots.len());
             self.slots.push(Slot {
                 hash,
                 count: hits,
-                text: text(),
+                text,
+                clear,
             });
             return;
         }
@@ -71,10 +90,12 @@ impl Sketch {
         };
         if let Some(slot) = self.slots.get_mut(i) {
             self.index.remove(&slot.hash);
+            let (text, clear) = text();
             *slot = Slot {
                 hash,
                 count: min.saturating_add(hits),
-                text: text(),
+                text,
+                clear,
             };
             self.index.insert(hash, i);
         }
@@ -94,6 +115,8 @@ pub struct TopKey {
     pub key: String,
     /// Over-limit answers (an upper bound, as the sketch gives).
     pub over_limit: u64,
+    /// The key in clear, for an authorised operator only.
+    pub clear: Clear,
 }
 
 /// The bounded top of over-limit descriptors.
@@ -148,7 +171,7 @@ impl TopKeys {
     /// seconds (as of `now`), most first.
     pub fn top(&self, n: usize, now: u64) -> Vec<TopKey> {
         let g = self.inner.lock();
-        let mut merged: HashMap<u64, (u64, &str)> = HashMap::new();
+        let mut merged: HashMap<u64, (u64, &Slot)> = HashMap::new();
         let fresh = now < g.started + WINDOW_SECONDS;
         let previous_fresh = now < g.started + ROTATE_SECONDS;
         let sketches = [(&g.current, fresh), (&g.previous, previous_fresh)];
@@ -157,15 +180,16 @@ impl TopKeys {
                 continue;
             }
             for s in &sketch.slots {
-                let e = merged.entry(s.hash).or_insert((0, &s.text));
+                let e = merged.entry(s.hash).or_insert((0, s));
                 e.0 = e.0.saturating_add(s.count);
             }
         }
         let mut out: Vec<TopKey> = merged
             .into_values()
-            .map(|(count, text)| TopKey {
-                key: text.to_owned(),
+            .map(|(count, slot)| TopKey {
+                key: slot.text.to_string(),
                 over_limit: count,
+                clear: slot.clear.clone(),
             })
             .collect();
         out.sort_by(|a, b| b.over_limit.cmp(&a.over_limit).then(a.key.cmp(&b.key)));
@@ -195,8 +219,18 @@ impl TopKeys {
         self.dropped.load(Relaxed)
     }
 
-    fn render(&self, key: &CounterKey, rule: &str, hash: u64) -> Box<str> {
+    fn render(&self, key: &CounterKey, rule: &str, hash: u64) -> (Box<str>, Clear) {
         let (domain, entries) = key.parts();
+        let cut = |v: &str| {
+            let mut v = v.to_owned();
+            crate::text::cut(&mut v, MAX_TEXT);
+            v.into_boxed_str()
+        };
+        let clear = Clear {
+            domain: cut(domain),
+            rule: cut(rule),
+            entries: entries.iter().map(|(k, v)| (cut(k), cut(v))).collect(),
+        };
         let mut s = String::with_capacity(64);
         let _ = write!(s, "{domain} {rule}:");
         for (k, v) in entries {
@@ -211,7 +245,7 @@ impl TopKeys {
             }
         }
         crate::text::cut(&mut s, MAX_TEXT);
-        s.into_boxed_str()
+        (s.into_boxed_str(), clear)
     }
 }
 

@@ -127,12 +127,18 @@ pub async fn run(
         &tasks,
         &token,
     );
+    let counters = Arc::new(crate::counters::Counters {
+        token: crate::counters::AdminToken::new(opts.admin.access.token_file.clone()),
+        stats: Arc::default(),
+    });
+    limiter.metrics().register(Box::new(counters.stats.clone()));
     let state = AdminState {
         limiter,
         draining,
         access: Arc::new(opts.admin.access.clone()),
         healthcheck: opts.healthcheck,
         console,
+        counters,
     };
     let admin = futures_util::future::try_join_all(
         listeners

@@ -84,14 +84,10 @@ impl Counting<'_> {
             hits,
             at_us,
             refund,
-            // A rule that took a refund here is treated as refundable from
-            // then on, though only the mark tells the other instances.
-            cacheable: !refundable
-                && self
-                    .stats
-                    .refunded
-                    .load(std::sync::atomic::Ordering::Relaxed)
-                    == 0,
+            // Every other rule is cached: a refusal is trusted for half a
+            // second, so a refund or reset through any instance is seen on
+            // every one within that (the marked ones are never cached).
+            cacheable: !refundable,
             limit: self.requests_per_unit,
             window: Window::containing(self.period, Now(at_us / 1_000_000)),
             algorithm: self.algorithm,

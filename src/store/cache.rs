@@ -2,6 +2,12 @@
 //! a window, requests on it are answered from memory until the window ends,
 //! so a flood from one client costs Redis nothing after the limit is reached.
 //!
+//! A refusal is trusted for half a second ([`TRUST_US`]) from the request that recorded it, then
+//! the store is asked again (and the answer remembered anew): a counter reset
+//! or given back through another instance sharing the store is seen here
+//! within that, on every rule, for one store call per flooded counter per
+//! half second. The instance that resets or refunds forgets at once.
+//!
 //! It remembers the count seen, not a verdict: a request is answered locally
 //! only when that count plus its hits exceeds *its* limit, so a per-request
 //! `limit` override that allows more still goes to Redis (the reference's
@@ -17,11 +23,17 @@ use crate::limiter::{Algorithm, Now, Tally, WindowStart};
 
 const SHARDS: usize = 16;
 
+/// How long a remembered refusal is trusted, in µs (half a second): the
+/// bound on how long another instance's reset or refund can go unseen here.
+const TRUST_US: u64 = 500_000;
+
 #[derive(Debug, Clone, Copy)]
 struct Seen {
     start: WindowStart,
     end: u64,
     count: u64,
+    /// The clock reading of the request whose answer this is, in µs.
+    at_us: u64,
 }
 
 /// A bounded map of counters known to be over their limit.
@@ -64,7 +76,8 @@ impl OverLimitCache {
         }
         let seen = *self.shard(&inc.key).lock().get(&inc.key)?;
         let after = seen.count.saturating_add(inc.hits);
-        (seen.start == inc.window.start && after > u64::from(inc.limit))
+        let trusted = inc.at_us < seen.at_us.saturating_add(TRUST_US);
+        (trusted && seen.start == inc.window.start && after > u64::from(inc.limit))
             .then_some(Tally::Count(after))
     }
 
@@ -91,11 +104,12 @@ impl OverLimitCache {
                 start: inc.window.start,
                 end: inc.window.end(),
                 count,
+                at_us: inc.at_us,
             },
         );
     }
 
-    /// Forgets a counter (a refund brought it down).
+    /// Forgets a counter (a refund or a reset brought it down).
     pub fn forget(&self, key: &CounterKey) {
         if self.per_shard > 0 {
             self.shard(key).lock().remove(key);
@@ -124,10 +138,15 @@ mod tests {
     use crate::limiter::{Unit, Window};
 
     fn inc(v: &str, limit: u32, now: u64) -> Increment {
+        at(v, limit, now * 1_000_000)
+    }
+
+    fn at(v: &str, limit: u32, at_us: u64) -> Increment {
+        let now = at_us / 1_000_000;
         Increment {
             key: CounterKey::new("d", Unit::Minute, [("k", v)]),
             hits: 1,
-            at_us: now * 1_000_000,
+            at_us,
             refund: false,
             cacheable: true,
             slot: None,
@@ -144,13 +163,36 @@ mod tests {
         c.record(&inc("a", 5, 60), &Tally::Count(5));
         assert_eq!(c.over(&inc("a", 5, 60)), None, "at the limit is not over");
         c.record(&inc("a", 5, 60), &Tally::Count(6));
-        assert_eq!(c.over(&inc("a", 5, 61)), Some(Tally::Count(7)));
+        assert_eq!(c.over(&at("a", 5, 60_400_000)), Some(Tally::Count(7)));
         assert_eq!(
             c.over(&inc("a", 5, 120)),
             None,
             "a new window asks the store"
         );
         assert_eq!(c.over(&inc("b", 5, 60)), None);
+    }
+
+    /// Another instance may reset or refund the counter: a refusal is
+    /// trusted for half a second, then the store is asked again.
+    #[test]
+    fn a_refusal_is_trusted_for_a_bounded_time_only() {
+        let c = OverLimitCache::new(100);
+        c.record(&at("a", 5, 60_000_000), &Tally::Count(6));
+        assert_eq!(
+            c.over(&at("a", 5, 60_000_000 + TRUST_US - 1)),
+            Some(Tally::Count(7))
+        );
+        assert_eq!(
+            c.over(&at("a", 5, 60_000_000 + TRUST_US)),
+            None,
+            "asked again"
+        );
+        // The store's new answer is trusted anew.
+        c.record(&at("a", 5, 60_000_000 + TRUST_US), &Tally::Count(7));
+        assert_eq!(
+            c.over(&at("a", 5, 60_000_000 + TRUST_US + 1)),
+            Some(Tally::Count(8))
+        );
     }
 
     #[test]

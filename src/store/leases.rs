@@ -40,6 +40,13 @@ impl Leases {
         }
     }
 
+    /// Releases every slot of `inc`'s counter.
+    pub(crate) fn clear(&self, inc: &Increment) {
+        let key = self.hasher.hash_one(inc.key.as_bytes());
+        #[allow(clippy::indexing_slicing, reason = "taken modulo the shard count")]
+        self.shards[key as usize % SHARDS].lock().remove(&key);
+    }
+
     /// Takes a slot for `inc`'s request (or renews the one it holds), gives
     /// it back (`refund`), or only looks (`hits` 0). Reports the slots held
     /// after, or one past the limit when none was free.

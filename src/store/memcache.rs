@@ -195,6 +195,30 @@ impl MemcacheStore {
         Ok(found.map_or(0, |f| f.value))
     }
 
+    /// Deletes every key of `batch`'s counters (an operator's reset).
+    pub async fn reset(&self, batch: &[&Increment]) -> Result<(), StoreError> {
+        let pools = self
+            .pools
+            .load_full()
+            .ok_or_else(|| unavailable("not connected"))?;
+        for inc in batch {
+            let starts = match inc.algorithm {
+                // memcached holds no leases, so there is nothing to release.
+                Algorithm::Concurrency => vec![],
+                Algorithm::TokenBucket { .. } => vec![0],
+                Algorithm::FixedWindow => vec![inc.window.start.0],
+                Algorithm::SlidingWindow => {
+                    vec![inc.window.start.0, inc.window.previous().start.0]
+                }
+            };
+            for start in starts {
+                let (key, server) = self.key(inc, start);
+                pool_of(&pools, server)?.get().await?.delete(&key).await?;
+            }
+        }
+        Ok(())
+    }
+
     pub async fn increment(&self, batch: &[&Increment]) -> Result<Vec<Tally>, StoreError> {
         let pools = self
             .pools
@@ -210,6 +234,10 @@ impl super::Primary for MemcacheStore {
         batch: &'a [&'a Increment],
     ) -> BoxFuture<'a, Result<Vec<Tally>, StoreError>> {
         Box::pin(MemcacheStore::increment(self, batch))
+    }
+
+    fn reset<'a>(&'a self, batch: &'a [&'a Increment]) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(MemcacheStore::reset(self, batch))
     }
 
     fn probe(&self) -> BoxFuture<'_, Result<Duration, StoreError>> {

@@ -191,11 +191,7 @@ impl MemoryStore {
                 if inc.algorithm == Algorithm::Concurrency {
                     return self.leases.hold(inc);
                 }
-                let bytes = inc.key.as_bytes();
-                let high = self.hashers[0].hash_one(bytes);
-                let id = Id(high, self.hashers[1].hash_one(bytes));
-                #[allow(clippy::indexing_slicing, reason = "taken modulo the shard count")]
-                let shard = &self.shards[high as usize % SHARDS];
+                let (shard, id) = self.locate(inc);
                 let mut map = shard.lock();
                 if inc.refund {
                     // A counter that is not there is not made by a refund.
@@ -219,6 +215,28 @@ impl MemoryStore {
                 apply(slot, inc, now_us)
             })
             .collect()
+    }
+
+    /// The shard and id of `inc`'s counter.
+    fn locate(&self, inc: &Increment) -> (&Mutex<Shard>, Id) {
+        let bytes = inc.key.as_bytes();
+        let high = self.hashers[0].hash_one(bytes);
+        let id = Id(high, self.hashers[1].hash_one(bytes));
+        #[allow(clippy::indexing_slicing, reason = "taken modulo the shard count")]
+        (&self.shards[high as usize % SHARDS], id)
+    }
+
+    /// Empties the counters of `batch` (a sliding window keeps both of its
+    /// windows in one slot, so both go).
+    pub fn reset<'a>(&self, batch: impl IntoIterator<Item = &'a Increment>) {
+        for inc in batch {
+            if inc.algorithm == Algorithm::Concurrency {
+                self.leases.clear(inc);
+                continue;
+            }
+            let (shard, id) = self.locate(inc);
+            shard.lock().remove(&id);
+        }
     }
 
     /// Frees every counter whose window has ended; returns how many remain.
@@ -332,6 +350,11 @@ impl Store for MemoryStore {
     ) -> BoxFuture<'a, Result<Vec<Tally>, StoreError>> {
         let counts = self.count(batch.iter());
         Box::pin(std::future::ready(Ok(counts)))
+    }
+
+    fn reset<'a>(&'a self, batch: &'a [Increment]) -> BoxFuture<'a, Result<(), StoreError>> {
+        MemoryStore::reset(self, batch);
+        Box::pin(std::future::ready(Ok(())))
     }
 
     fn health(&self) -> StoreHealth {

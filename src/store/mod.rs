@@ -153,6 +153,16 @@ pub trait Store: Send + Sync + 'static {
 
     fn health(&self) -> StoreHealth;
 
+    /// Sets every counter of `batch`'s increments back to empty: both
+    /// windows of a sliding window, a bucket full, every concurrency slot
+    /// released (an operator's reset, `POST /api/counters/reset`). A store
+    /// that cannot says so.
+    fn reset<'a>(&'a self, _batch: &'a [Increment]) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(std::future::ready(Err(StoreError::Unavailable(
+            "this store cannot reset counters".into(),
+        ))))
+    }
+
     /// Periodic housekeeping, such as freeing ended windows.
     fn sweep(&self, _now: crate::limiter::Now) {}
 

@@ -18,6 +18,7 @@ use redis::cluster_routing::Slot;
 use redis::{IntoConnectionInfo, Script};
 
 mod keys;
+mod reset;
 mod target;
 
 pub use keys::{KeyFormat, render_key};
@@ -346,6 +347,13 @@ impl super::Primary for RedisStore {
 
     fn probe(&self) -> super::BoxFuture<'_, Result<Duration, StoreError>> {
         Box::pin(self.connect())
+    }
+
+    fn reset<'a>(
+        &'a self,
+        batch: &'a [&'a Increment],
+    ) -> super::BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(RedisStore::reset(self, batch))
     }
 
     fn stalled(&self, at_least: Duration, workers_late: Duration) -> Option<bool> {

@@ -14,12 +14,16 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 mod blame;
+mod primary;
 mod recovery;
+mod reset;
+
+pub use primary::Primary;
 
 use blame::{Blame, Silence};
 
 use super::breaker::{Breaker, PROBE_MAX, Verdict};
-use super::demand::{DemandUpdate, Fleet, MemberDemand};
+use super::demand::{DemandUpdate, Fleet};
 use super::lag::Lag;
 use super::{
     BoxFuture, CounterStats, FailurePolicy, Increment, MemoryStore, OverLimitCache, Store,
@@ -27,44 +31,6 @@ use super::{
 };
 use crate::limiter::{Decision, Now, Tally};
 use crate::metrics::{Metrics, StoreCall};
-
-/// The shared store behind the safety net (Redis, or a fake in tests).
-pub trait Primary: Send + Sync + 'static {
-    /// Counts after the increments, in batch order.
-    fn increment<'a>(
-        &'a self,
-        batch: &'a [&'a Increment],
-    ) -> BoxFuture<'a, Result<Vec<Tally>, StoreError>>;
-
-    /// Connects afresh and proves that a request would be counted (the
-    /// increment script on a probe key), returning how long that call took.
-    fn probe(&self) -> BoxFuture<'_, Result<Duration, StoreError>>;
-
-    /// Whether a call to the store has gone unanswered for at least
-    /// `at_least`, on a clock that runs on time (the thread that reads the
-    /// replies may run late; `workers_late` is how late the workers run
-    /// now): what tells a slow store from sluice's own queueing when a
-    /// request waited too long. `None` when the store cannot tell.
-    fn stalled(&self, _at_least: Duration, _workers_late: Duration) -> Option<bool> {
-        None
-    }
-
-    /// `redis` or `redis-cluster`.
-    fn backend(&self) -> &'static str;
-
-    /// Where the store is, for logs and `/readyz`; never shows a password.
-    fn describe(&self) -> String;
-
-    /// Writes a demand update and reads the table's live members.
-    fn demand<'a>(
-        &'a self,
-        _update: &'a DemandUpdate,
-    ) -> BoxFuture<'a, Result<Vec<MemberDemand>, StoreError>> {
-        Box::pin(std::future::ready(Err(StoreError::Unavailable(
-            "no demand tables in this store".into(),
-        ))))
-    }
-}
 
 /// Why the primary gave no counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -361,6 +327,10 @@ impl Store for Resilient {
         deadline: Option<Instant>,
     ) -> BoxFuture<'a, Result<Vec<Tally>, StoreError>> {
         Box::pin(self.count(batch, deadline))
+    }
+
+    fn reset<'a>(&'a self, batch: &'a [Increment]) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.reset_counters(batch))
     }
 
     fn health(&self) -> StoreHealth {

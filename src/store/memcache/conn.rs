@@ -126,6 +126,16 @@ impl Conn {
         }
     }
 
+    /// Deletes `key` (an operator's reset); a key not there is no error.
+    pub(super) async fn delete(&mut self, key: &str) -> Result<(), StoreError> {
+        let reply = self.send(&format!("delete {key}\r\n")).await?;
+        self.pending = false;
+        match reply.as_str() {
+            "DELETED" | "NOT_FOUND" => Ok(()),
+            r => Err(StoreError::BadReply(format!("delete answered {r:.40}"))),
+        }
+    }
+
     pub(super) async fn gets(&mut self, key: &str) -> Result<Option<Found>, StoreError> {
         let head = self.send(&format!("gets {key}\r\n")).await?;
         if head == "END" {

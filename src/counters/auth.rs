@@ -1,0 +1,174 @@
+//! Who may look counters up, reset them and read the top in clear: a caller
+//! bearing the token of `--admin-token-file` (`Authorization: Bearer`), read
+//! again whenever the file changes, so a mounted secret can be rotated; with
+//! no token configured, loopback peers only. The token is never logged: a
+//! caller is named by the token's id, the first 8 hex digits of its SHA-256.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use parking_lot::Mutex;
+use sha2::{Digest, Sha256};
+
+/// Bytes of a token file read at most.
+const MAX_TOKEN_BYTES: u64 = 4096;
+
+/// Who was let in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Caller {
+    /// Bore the token with this id.
+    Token(String),
+    /// No token is configured, and the peer is on loopback.
+    Loopback,
+}
+
+impl Caller {
+    /// How the log names the caller.
+    pub(crate) fn id(&self) -> &str {
+        match self {
+            Caller::Token(id) => id,
+            Caller::Loopback => "loopback",
+        }
+    }
+}
+
+/// The token file as last read: its modification time and length (what
+/// tells a rewrite) and the token in it.
+#[derive(Debug, Default)]
+struct Read {
+    seen: Option<(SystemTime, u64)>,
+    token: Option<String>,
+}
+
+/// The admin token, from `--admin-token-file`.
+#[derive(Debug, Default)]
+pub(crate) struct AdminToken {
+    path: Option<PathBuf>,
+    read: Mutex<Read>,
+}
+
+impl AdminToken {
+    pub(crate) fn new(path: Option<PathBuf>) -> AdminToken {
+        AdminToken {
+            path,
+            read: Mutex::default(),
+        }
+    }
+
+    /// The caller, or why it is refused (said in the 401's body).
+    pub(crate) fn authorise(
+        &self,
+        bearer: Option<&str>,
+        peer: Option<SocketAddr>,
+    ) -> Result<Caller, String> {
+        let Some(path) = &self.path else {
+            return match peer.map(|p| p.ip()) {
+                Some(ip) if loopback(ip) => Ok(Caller::Loopback),
+                _ => Err(
+                    "no --admin-token-file is configured: counters answer loopback peers only"
+                        .into(),
+                ),
+            };
+        };
+        let token = self.current(path)?;
+        let Some(given) = bearer else {
+            return Err("missing Authorization: Bearer <token>".into());
+        };
+        if equal(given.as_bytes(), token.as_bytes()) {
+            Ok(Caller::Token(token_id(&token)))
+        } else {
+            Err("wrong token".into())
+        }
+    }
+
+    /// The token in the file, read again when the file changed.
+    fn current(&self, path: &PathBuf) -> Result<String, String> {
+        let meta = std::fs::metadata(path)
+            .map_err(|e| format!("--admin-token-file {}: {e}", path.display()))?;
+        let stamp = (
+            meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+            meta.len(),
+        );
+        let mut read = self.read.lock();
+        if read.seen != Some(stamp) {
+            if meta.len() > MAX_TOKEN_BYTES {
+                return Err(format!(
+                    "--admin-token-file {} is over {MAX_TOKEN_BYTES} bytes",
+                    path.display()
+                ));
+            }
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("--admin-token-file {}: {e}", path.display()))?;
+            let token = text.trim().to_owned();
+            read.token = (!token.is_empty()).then_some(token);
+            read.seen = Some(stamp);
+        }
+        read.token
+            .clone()
+            .ok_or_else(|| format!("--admin-token-file {} is empty", path.display()))
+    }
+}
+
+fn loopback(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_loopback(),
+        IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    }
+}
+
+/// Compares in time that depends on the lengths only.
+fn equal(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A token's id for logs: the first 8 hex digits of its SHA-256.
+pub(crate) fn token_id(token: &str) -> String {
+    let digest = Sha256::digest(token.as_bytes());
+    let mut out = String::with_capacity(8);
+    crate::hex::push_hex(&mut out, digest.get(..4).unwrap_or_default());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(ip: &str) -> Option<SocketAddr> {
+        Some(SocketAddr::new(ip.parse().unwrap(), 4000))
+    }
+
+    #[test]
+    fn without_a_token_loopback_only() {
+        let t = AdminToken::new(None);
+        assert_eq!(t.authorise(None, peer("127.0.0.1")), Ok(Caller::Loopback));
+        assert_eq!(t.authorise(None, peer("::1")), Ok(Caller::Loopback));
+        let e = t.authorise(Some("x"), peer("10.0.0.1")).unwrap_err();
+        assert!(e.contains("loopback peers only"), "{e}");
+        assert!(t.authorise(None, None).is_err(), "no peer known: refused");
+    }
+
+    #[test]
+    fn the_token_is_required_read_again_when_rotated_and_never_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "first-secret\n").unwrap();
+        let t = AdminToken::new(Some(path.clone()));
+        let local = peer("127.0.0.1");
+        assert!(t.authorise(None, local).unwrap_err().contains("missing"));
+        assert_eq!(t.authorise(Some("nope"), local), Err("wrong token".into()));
+        let ok = t.authorise(Some("first-secret"), local).unwrap();
+        assert_eq!(ok, Caller::Token(token_id("first-secret")));
+        assert_eq!(ok.id().len(), 8);
+        std::fs::write(&path, "second-secret-longer\n").unwrap();
+        assert_eq!(
+            t.authorise(Some("first-secret"), local),
+            Err("wrong token".into())
+        );
+        assert!(t.authorise(Some("second-secret-longer"), local).is_ok());
+        std::fs::write(&path, "\n").unwrap();
+        assert!(t.authorise(Some(""), local).unwrap_err().contains("empty"));
+    }
+}
