@@ -165,3 +165,81 @@ fn the_console_document_is_bounded_and_served_with_a_strict_policy() {
     let _ = t.read_to_string(&mut answer);
     assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
 }
+
+/// The console's counters: who is refused now (masked without the token,
+/// in clear with it), one click to look a key up and see why, and a reset
+/// that lets the client in again; a wrong token is refused with sluice's
+/// own words.
+#[test]
+fn the_console_looks_a_refused_client_up_and_resets_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    std::fs::write(&file, "console-token\n").unwrap();
+    let sluice = Sluice::start(
+        &[("api.yaml", RULES)],
+        &["--admin-token-file", file.to_str().unwrap()],
+    );
+    for _ in 0..8 {
+        decide(&sluice, "user", "alice");
+    }
+    assert_eq!(decide(&sluice, "user", "alice"), 429);
+    let browser = Browser::start();
+    browser.goto(&format!("http://{}/", sluice.admin));
+    let wait = Duration::from_secs(15);
+    assert!(browser.wait_for(wait, |b| b.text("#status") == "ready"));
+    let click = |id: &str| {
+        browser.script(&format!(
+            "document.getElementById('{id}').click(); return true"
+        ));
+    };
+    let message = |b: &Browser| b.text("#counter-message");
+    click("counter-top");
+    assert!(
+        browser.wait_for(wait, |b| message(b).contains("masked")),
+        "{}",
+        message(&browser)
+    );
+    browser.script("document.getElementById('counter-token').value = 'wrong'; return true");
+    click("counter-top");
+    assert!(
+        browser.wait_for(wait, |b| message(b).contains("401")),
+        "{}",
+        message(&browser)
+    );
+    browser.script("document.getElementById('counter-token').value = 'console-token'; return true");
+    click("counter-top");
+    assert!(
+        browser.wait_for(wait, |b| b.text("#counter-refused").contains("user=alice")),
+        "{}",
+        browser.text("#counter-refused")
+    );
+    // One click: the key is looked up, and the table says why it is refused.
+    browser.script("document.querySelector('#counter-refused button.pick').click(); return true");
+    assert!(
+        browser.wait_for(wait, |b| b.text("#counter-result").contains("refused")),
+        "{}",
+        browser.text("#counter-result")
+    );
+    let result = browser.text("#counter-result");
+    assert!(
+        result.contains("user=alice") && result.contains("key_only"),
+        "{result}"
+    );
+    click("counter-reset");
+    assert!(
+        browser.wait_for(wait, |b| message(b).contains("counts before")),
+        "{}",
+        message(&browser)
+    );
+    assert_eq!(
+        decide(&sluice, "user", "alice"),
+        200,
+        "let in after the reset"
+    );
+    let errors = browser.console_errors();
+    // The 401 the page provoked on purpose is the only one allowed.
+    assert!(
+        errors.iter().all(|e| e.contains("401")),
+        "console errors: {errors:?}"
+    );
+}

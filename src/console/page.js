@@ -133,5 +133,86 @@ async function refresh() {
   }
 }
 
+// Counters: a lookup, a reset, and who is refused now. The token stays in
+// this page's memory only; every call is the admin port's own JSON.
+function counterBody() {
+  const entries = document.getElementById("counter-descriptor").value.split(",").map(e => {
+    const at = e.indexOf("=");
+    return { key: e.slice(0, at).trim(), value: e.slice(at + 1).trim() };
+  });
+  return { domain: document.getElementById("counter-domain").value.trim(), descriptors: [{ entries }] };
+}
+
+async function counters(method, path, body) {
+  const headers = { "Content-Type": "application/json" };
+  const token = document.getElementById("counter-token").value;
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const res = await fetch(path, { method, headers, body: body ? JSON.stringify(body) : undefined, cache: "no-store" });
+  const text = await res.text();
+  if (!res.ok) throw new Error(`${res.status}: ${text.trim()}`);
+  return JSON.parse(text);
+}
+
+function drawCounters(doc) {
+  const rows = [];
+  for (const d of doc.descriptors) {
+    const shown = d.entries.map(e => `${e.key}=${e.value}`).join(",");
+    const how = d.match.steps.map(s => s.pattern ? `${s.key}: ${s.how} ${s.pattern}` : `${s.key}: ${s.how}`).join(", ");
+    if (!d.limits.length) {
+      rows.push(el("tr", {}, el("td", { class: "key" }, shown), el("td", {}, d.unlimited ? "unlimited" : "no limit"),
+        el("td", { colspan: "6" }, d.match.why_none || how)));
+    }
+    for (const l of d.limits) {
+      const next = l.over_limit ? (l.shadow_mode ? "refused (shadow: passes)" : "refused") : "admitted";
+      rows.push(el("tr", { class: l.over_limit ? "blocking" : "" }, el("td", { class: "key" }, shown),
+        el("td", { class: "rule" }, l.rule), el("td", {}, how), el("td", { class: "num" }, l.count === null ? "-" : l.count),
+        el("td", { class: "num" }, l.limit), el("td", { class: "num" }, l.remaining),
+        el("td", { class: "num" }, `${l.reset_seconds}s`), el("td", { class: "next" }, next)));
+    }
+  }
+  document.querySelector("#counter-result tbody").replaceChildren(...rows);
+  document.getElementById("counter-result").hidden = false;
+}
+
+async function counterAction(path, verb) {
+  const msg = document.getElementById("counter-message");
+  try {
+    const doc = await counters("POST", path, counterBody());
+    drawCounters(doc);
+    msg.textContent = doc.reset ? `${verb}: these were the counts before` : `${verb} at ${new Date().toLocaleTimeString()}`;
+  } catch (e) {
+    msg.textContent = `${verb} refused: ${e.message}`;
+  }
+}
+
+async function counterTop() {
+  const msg = document.getElementById("counter-message");
+  try {
+    const doc = await counters("GET", "/api/counters/top");
+    const list = document.getElementById("counter-refused");
+    list.replaceChildren(...doc.keys.map(k => {
+      if (!doc.clear) return el("li", {}, `${k.key} (${k.over_limit})`);
+      const shown = k.entries.map(e => `${e.key}=${e.value}`).join(",");
+      const pick = el("button", { type: "button", class: "pick" }, `${k.domain} ${shown}`);
+      pick.addEventListener("click", () => {
+        document.getElementById("counter-domain").value = k.domain;
+        document.getElementById("counter-descriptor").value = shown;
+        counterAction("/api/counters", "looked up");
+      });
+      return el("li", {}, pick, ` ${k.over_limit} refused`);
+    }));
+    msg.textContent = doc.clear ? "refused lately, in clear: pick one to look it up" : "refused lately (masked: enter the token)";
+  } catch (e) {
+    msg.textContent = `refused: ${e.message}`;
+  }
+}
+
+document.getElementById("counter-form").addEventListener("submit", e => {
+  e.preventDefault();
+  counterAction("/api/counters", "looked up");
+});
+document.getElementById("counter-reset").addEventListener("click", () => counterAction("/api/counters/reset", "reset"));
+document.getElementById("counter-top").addEventListener("click", counterTop);
+
 refresh();
 setInterval(refresh, REFRESH_MS);
