@@ -370,6 +370,21 @@ fn main() {
         refundable_cpu.0
     );
 
+    // A counter lookup (POST /api/counters) on Redis: what an operator's or
+    // an application's look costs, one at a time.
+    let lookups = 500;
+    let body = r#"{"domain":"bench","descriptors":[{"entries":[{"key":"flood","value":"k"}]}]}"#;
+    let cpu = redis_s.cpu();
+    let started = Instant::now();
+    for _ in 0..lookups {
+        assert_eq!(on_redis.post("/api/counters", body).0, 200);
+    }
+    println!(
+        "counter lookup on Redis: {:.0} µs each, one at a time; sluice+redis CPU {:.1} µs per lookup",
+        started.elapsed().as_secs_f64() * 1e6 / f64::from(lookups),
+        (redis_s.cpu() - cpu) * 1e6 / f64::from(lookups)
+    );
+
     // Memory per live key: 1,000,000 distinct keys into a fresh memory store,
     // for each shape.
     // (A bucket is freed once full again: `tbmem` refills slowly, so its
