@@ -44,6 +44,7 @@ pub mod config;
 pub(crate) mod conn;
 pub mod console;
 pub(crate) mod counters;
+pub(crate) mod envoy_check;
 pub mod fuzzing;
 pub(crate) mod health_probe;
 pub(crate) mod hex;

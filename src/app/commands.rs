@@ -11,29 +11,55 @@ use crate::health_probe;
 use crate::rule_stats::Detached;
 
 pub fn check(args: &CheckArgs) -> Result<ExitCode, AppError> {
-    match load_dir(&args.dir, args.config_args.load_options(), &Detached) {
-        Ok(rules) => {
-            for (domain, count) in rules.summary() {
-                println!("{domain}: {count} rules");
-            }
-            if args.rules {
-                for line in rules.dump() {
-                    println!("  {line}");
-                }
-            }
-            let ambiguous = rules.quota_ambiguities();
-            let kind = if args.quota { "error" } else { "warning" };
-            for line in &ambiguous {
-                eprintln!("{kind}: quota mode: {line}");
-            }
-            if args.quota && !ambiguous.is_empty() {
-                return Ok(ExitCode::FAILURE);
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+    let rules = match load_dir(&args.dir, args.config_args.load_options(), &Detached) {
+        Ok(rules) => rules,
         Err(e) => {
             eprintln!("{e}");
-            Ok(ExitCode::FAILURE)
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    if !args.envoy.is_empty() {
+        return Ok(check_envoy(&rules, args));
+    }
+    for (domain, count) in rules.summary() {
+        println!("{domain}: {count} rules");
+    }
+    if args.rules {
+        for line in rules.dump() {
+            println!("  {line}");
+        }
+    }
+    let ambiguous = rules.quota_ambiguities();
+    let kind = if args.quota { "error" } else { "warning" };
+    for line in &ambiguous {
+        eprintln!("{kind}: quota mode: {line}");
+    }
+    if args.quota && !ambiguous.is_empty() {
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `check --envoy`: 1 on errors, 0 with warnings only, 2 when a file
+/// cannot be read.
+fn check_envoy(rules: &crate::config::Rules, args: &CheckArgs) -> ExitCode {
+    match crate::envoy_check::check(rules, &args.envoy) {
+        Ok(report) => {
+            let out = if args.json {
+                format!("{:#}\n", crate::envoy_check::json(&report))
+            } else {
+                crate::envoy_check::text(&report)
+            };
+            let _ = std::io::stdout().write_all(out.as_bytes());
+            if report.failed() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            eprintln!("sluice check: {e}");
+            ExitCode::from(2)
         }
     }
 }

@@ -145,6 +145,14 @@ pub struct CheckArgs {
     /// match in two ways; without it they are printed as warnings.
     #[arg(long)]
     pub(crate) quota: bool,
+    /// Also check an Envoy config against the rules (a bootstrap in YAML or
+    /// JSON, or an admin /config_dump): what each route sends, the rule it
+    /// meets, and the holes. Repeat for several files.
+    #[arg(long)]
+    pub(crate) envoy: Vec<PathBuf>,
+    /// With --envoy: the report as JSON, for CI.
+    #[arg(long)]
+    pub(crate) json: bool,
     #[command(flatten)]
     pub(crate) config_args: ConfigArgs,
 }

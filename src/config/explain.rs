@@ -106,3 +106,111 @@ fn none(steps: Vec<Step>, why: String) -> Explanation<'static> {
         why_none: Some(why),
     }
 }
+
+/// A descriptor's entry as Envoy will send it: a value fixed in the config,
+/// or one read at request time (a header, an address), unknown here.
+#[derive(Debug, Clone, Copy)]
+pub enum Shape<'s> {
+    Fixed(&'s str),
+    Runtime,
+}
+
+/// Where a descriptor of fixed keys can go in a domain's rules.
+#[derive(Debug, Default)]
+pub struct Reach<'a> {
+    /// The rule any value meets (for a fixed value, the rule it meets),
+    /// or `None`: unlimited.
+    pub general: Option<&'a Arc<Rule>>,
+    /// Rules only some runtime values meet (`key=value` or a wildcard, and
+    /// the rule), besides the general one.
+    pub specific: Vec<(String, &'a Arc<Rule>)>,
+    /// Why the general case meets no rule.
+    pub why_none: Option<String>,
+}
+
+impl Domain {
+    /// Where a descriptor of `entries` (keys, and values fixed or read at
+    /// request time) can meet a rule: the general case and the values with
+    /// rules of their own.
+    pub fn reach<'a>(&'a self, entries: &[(&str, Shape<'_>)]) -> Reach<'a> {
+        let mut out = Reach::default();
+        walk(Some(&self.root), entries, 0, true, String::new(), &mut out);
+        out
+    }
+}
+
+/// Walks `level` with entry `i` on; `general` is false once a specific
+/// runtime value was taken (`via` names it).
+fn walk<'a>(
+    level: Option<&'a Level>,
+    entries: &[(&str, Shape<'_>)],
+    i: usize,
+    general: bool,
+    via: String,
+    out: &mut Reach<'a>,
+) {
+    let Some((key, shape)) = entries.get(i) else {
+        return;
+    };
+    let Some(level) = level else {
+        if general {
+            out.why_none = Some(format!("entry {} ({key}) is deeper than any rule", i + 1));
+        }
+        return;
+    };
+    let last = i + 1 == entries.len();
+    let step = |node: &'a Node, general: bool, via: String, out: &mut Reach<'a>| {
+        if !last {
+            return walk(node.children.as_ref(), entries, i + 1, general, via, out);
+        }
+        match (&node.rule, general) {
+            (Some(rule), true) => out.general = Some(rule),
+            (Some(rule), false) => out.specific.push((via, rule)),
+            (None, true) => out.why_none = Some("no limit is set where the descriptor ends".into()),
+            (None, false) => {}
+        }
+    };
+    match shape {
+        Shape::Fixed(value) => match level.find_how(key, value) {
+            (Some(node), _) => step(node, general, via, out),
+            (None, _) if general => {
+                out.why_none = Some(format!("entry {} ({key}={value}) matches no rule", i + 1));
+            }
+            (None, _) => {}
+        },
+        Shape::Runtime => {
+            let by_key = level.keys.get(*key);
+            for (value, node) in by_key.into_iter().flat_map(|k| k.values.iter()) {
+                step(node, false, format!("{key}={value}"), out);
+            }
+            for (pattern, node) in &level.wildcards {
+                if pattern.text().starts_with(&format!("{key}_")) {
+                    step(
+                        node,
+                        false,
+                        format!("{key} wildcard {}", pattern.text()),
+                        out,
+                    );
+                }
+            }
+            let some_values = by_key.is_some_and(|k| !k.values.is_empty())
+                || level
+                    .wildcards
+                    .iter()
+                    .any(|(p, _)| p.text().starts_with(&format!("{key}_")));
+            match by_key.and_then(|k| k.default.as_ref()) {
+                Some(node) => step(node, general, via, out),
+                None if general && !some_values => {
+                    out.why_none = Some(format!("entry {} ({key}) matches no rule", i + 1));
+                }
+                None if general => {
+                    out.why_none = Some(format!(
+                        "entry {} ({key}) has rules for some values only, none for any value",
+                        i + 1
+                    ));
+                }
+                None => {}
+            }
+        }
+    }
+}

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 pub use bucket::{BucketMatch, MAX_BUCKET_ENTRIES};
 pub use error::{ConfigError, LoadError};
-pub use explain::{Explanation, How, Step};
+pub use explain::{Explanation, How, Reach, Shape, Step};
 pub use live::{ConfigStatus, LiveRules, Loaded, Reload, RulesObserver};
 pub use matcher::{Domain, Match, Rule};
 pub use model::{DescriptorDef, DomainFile, LimitDef, Origin, RateLimitDef, parse_file};
@@ -108,19 +108,7 @@ impl Rules {
             .values()
             .flat_map(|d| d.rules())
             .map(|r| {
-                let limit = match r.limit {
-                    LimitDef::Unlimited => "unlimited=true".to_owned(),
-                    LimitDef::Limited {
-                        period: Period::Unit(unit),
-                        requests_per_unit,
-                        algorithm: Algorithm::FixedWindow,
-                    } => format!("unit={unit} requests_per_unit={requests_per_unit}"),
-                    LimitDef::Limited {
-                        period,
-                        requests_per_unit,
-                        algorithm,
-                    } => shaped(period, requests_per_unit, algorithm),
-                };
+                let limit = describe_limit(&r.limit);
                 format!(
                     "{}.{}: {limit}, shadow_mode: {}, quota_mode: {}",
                     r.domain, r.label, r.shadow_mode, r.quota_mode
@@ -129,6 +117,24 @@ impl Rules {
             .collect();
         lines.sort();
         lines
+    }
+}
+
+/// A rule's limit in the reference's `/rlconfig` words (`unit=minute
+/// requests_per_unit=30`), with sluice's shape after them when it has one.
+pub fn describe_limit(limit: &LimitDef) -> String {
+    match *limit {
+        LimitDef::Unlimited => "unlimited=true".to_owned(),
+        LimitDef::Limited {
+            period: Period::Unit(unit),
+            requests_per_unit,
+            algorithm: Algorithm::FixedWindow,
+        } => format!("unit={unit} requests_per_unit={requests_per_unit}"),
+        LimitDef::Limited {
+            period,
+            requests_per_unit,
+            algorithm,
+        } => shaped(period, requests_per_unit, algorithm),
     }
 }
 

@@ -1,0 +1,290 @@
+//! A `rate_limits` entry as Envoy 1.40 turns it into a descriptor: each
+//! action's key, where its value comes from, and what happens when the
+//! input is absent (Envoy drops the whole descriptor when an action cannot
+//! append its entry, unless the action says `skip_if_absent`); and the
+//! entry's `hits_addend`. An action or field this does not know is
+//! reported as not understood, never guessed at.
+
+use serde_json::Value;
+
+/// Where an entry's value comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// Written in the config.
+    Fixed(String),
+    /// Read at request time; the text says from what.
+    Runtime(String),
+}
+
+/// What an absent input does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Absent {
+    /// The input is always there.
+    Never,
+    /// The entry is left out; the descriptor is still sent.
+    Skipped(String),
+    /// No descriptor is sent for the request: it is not limited by this one.
+    Dropped(String),
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    pub(crate) key: String,
+    pub(crate) value: Source,
+    pub(crate) absent: Absent,
+}
+
+/// `hits_addend`: what the descriptor adds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Hits {
+    One,
+    Number(u64),
+    /// A format; the request header or query parameter it reads, if any.
+    Format {
+        text: String,
+        client: Option<Input>,
+    },
+}
+
+/// An input the client writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Input {
+    Header(String),
+    Query(String),
+}
+
+/// One `rate_limits` entry.
+#[derive(Debug, Clone)]
+pub(crate) struct Descriptor {
+    pub(crate) entries: Vec<Entry>,
+    pub(crate) hits: Hits,
+    pub(crate) negative: bool,
+    pub(crate) stream_done: bool,
+    /// A `limit` override from metadata (the rule's limit may not apply).
+    pub(crate) overridden: bool,
+    pub(crate) not_understood: Vec<String>,
+}
+
+fn s<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
+    v.get(k).and_then(Value::as_str)
+}
+
+fn skip(v: &Value) -> bool {
+    v.get("skip_if_absent")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+}
+
+fn absent(v: &Value, what: String) -> Absent {
+    if skip(v) {
+        Absent::Skipped(what)
+    } else {
+        Absent::Dropped(what)
+    }
+}
+
+/// The fields of `rate_limits[]` this check knows.
+const ENTRY_FIELDS: [&str; 6] = [
+    "actions",
+    "stage",
+    "disable_key",
+    "limit",
+    "hits_addend",
+    "apply_on_stream_done",
+];
+
+/// Reads one `rate_limits` entry; `cluster` is the route's cluster (what
+/// `destination_cluster` sends).
+pub(crate) fn descriptor(v: &Value, cluster: Option<&str>) -> Descriptor {
+    let mut d = Descriptor {
+        entries: Vec::new(),
+        hits: Hits::One,
+        negative: false,
+        stream_done: v
+            .get("apply_on_stream_done")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        overridden: v.get("limit").is_some(),
+        not_understood: Vec::new(),
+    };
+    for (k, _) in v.as_object().into_iter().flatten() {
+        if !ENTRY_FIELDS.contains(&k.as_str()) {
+            d.not_understood.push(format!("field {k}"));
+        }
+    }
+    for a in v
+        .get("actions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        match action(a, cluster) {
+            Ok(e) => d.entries.push(e),
+            Err(what) => d.not_understood.push(what),
+        }
+    }
+    if let Some(h) = v.get("hits_addend") {
+        d.negative = h
+            .get("is_negative_hits")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        d.hits = match (h.get("number"), s(h, "format")) {
+            (Some(n), _) => {
+                Hits::Number(n.as_u64().or_else(|| n.as_str()?.parse().ok()).unwrap_or(0))
+            }
+            (None, Some(f)) => Hits::Format {
+                text: f.to_owned(),
+                client: client_input(f),
+            },
+            (None, None) => Hits::One,
+        };
+    }
+    d
+}
+
+/// The request header (`%REQ(h)%`) or query parameter (`%QUERY_PARAM(q)%`)
+/// a format reads.
+fn client_input(format: &str) -> Option<Input> {
+    let inside = |tag: &str| {
+        let at = format.find(tag)? + tag.len();
+        let rest = format.get(at..)?;
+        let end = rest.find(')')?;
+        let name = rest.get(..end)?.split(['?', ':']).next()?;
+        Some(name.trim().to_ascii_lowercase())
+    };
+    inside("%REQ(")
+        .map(Input::Header)
+        .or_else(|| inside("%QUERY_PARAM(").map(Input::Query))
+}
+
+/// One action: its entry, or what was not understood.
+fn action(a: &Value, cluster: Option<&str>) -> Result<Entry, String> {
+    let Some((kind, v)) = a.as_object().and_then(|o| o.iter().next()) else {
+        return Err("an empty action".into());
+    };
+    let key = |default: &str| s(v, "descriptor_key").unwrap_or(default).to_owned();
+    let e = |key: String, value: Source, absent: Absent| Entry { key, value, absent };
+    Ok(match kind.as_str() {
+        "generic_key" => e(
+            key("generic_key"),
+            Source::Fixed(s(v, "descriptor_value").unwrap_or_default().to_owned()),
+            Absent::Never,
+        ),
+        "request_headers" => {
+            let h = s(v, "header_name").unwrap_or_default().to_ascii_lowercase();
+            let what = format!("header {h} absent");
+            e(
+                key(""),
+                Source::Runtime(format!("request header {h}")),
+                absent(v, what),
+            )
+        }
+        "query_parameters" => {
+            let q = s(v, "query_parameter_name").unwrap_or_default();
+            let what = format!("query parameter {q} absent");
+            e(
+                key(""),
+                Source::Runtime(format!("query parameter {q}")),
+                absent(v, what),
+            )
+        }
+        "remote_address" => e(
+            "remote_address".into(),
+            Source::Runtime("the client address (x-forwarded-for, trusted hops)".into()),
+            Absent::Never,
+        ),
+        "masked_remote_address" => e(
+            "masked_remote_address".into(),
+            Source::Runtime("the client address, masked".into()),
+            Absent::Never,
+        ),
+        "source_cluster" => e(
+            "source_cluster".into(),
+            Source::Runtime("this Envoy's --service-cluster".into()),
+            Absent::Never,
+        ),
+        "destination_cluster" => e(
+            "destination_cluster".into(),
+            cluster.map_or_else(
+                || Source::Runtime("the route's cluster".into()),
+                |c| Source::Fixed(c.to_owned()),
+            ),
+            Absent::Never,
+        ),
+        "header_value_match" | "query_parameter_value_match" => {
+            let default = if kind == "header_value_match" {
+                "header_match"
+            } else {
+                "query_match"
+            };
+            let value = s(v, "descriptor_value").unwrap_or_default().to_owned();
+            let expect = v
+                .get("expect_match")
+                .and_then(Value::as_bool)
+                .unwrap_or(true);
+            let what = if expect {
+                "the match fails"
+            } else {
+                "the match succeeds"
+            };
+            e(
+                key(default),
+                Source::Fixed(value),
+                Absent::Dropped(what.into()),
+            )
+        }
+        "metadata" | "dynamic_metadata" => {
+            let path = v
+                .pointer("/metadata_key/key")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let what = format!("metadata {path} absent");
+            let absent = match s(v, "default_value") {
+                Some(_) => Absent::Never,
+                None => absent(v, what),
+            };
+            e(key(""), Source::Runtime(format!("metadata {path}")), absent)
+        }
+        other => return Err(format!("action {other}")),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn actions_become_entries_with_their_absent_inputs() {
+        let d = descriptor(
+            &json!({"actions": [
+                {"generic_key": {"descriptor_key": "tier", "descriptor_value": "api"}},
+                {"request_headers": {"header_name": "X-User", "descriptor_key": "user"}},
+                {"query_parameters": {"query_parameter_name": "k", "descriptor_key": "k", "skip_if_absent": true}},
+                {"destination_cluster": {}},
+                {"extension": {"name": "x"}}
+            ], "hits_addend": {"format": "%REQ(X-Max-Tokens)%"}, "colour": 1}),
+            Some("upstream"),
+        );
+        assert_eq!(d.entries.len(), 4);
+        assert_eq!(
+            d.entries[1].absent,
+            Absent::Dropped("header x-user absent".into())
+        );
+        assert!(matches!(d.entries[2].absent, Absent::Skipped(_)));
+        assert_eq!(d.entries[3].value, Source::Fixed("upstream".into()));
+        assert_eq!(d.not_understood, ["field colour", "action extension"]);
+        assert_eq!(
+            d.hits,
+            Hits::Format {
+                text: "%REQ(X-Max-Tokens)%".into(),
+                client: Some(Input::Header("x-max-tokens".into()))
+            }
+        );
+        assert_eq!(
+            client_input("%QUERY_PARAM(n)%"),
+            Some(Input::Query("n".into()))
+        );
+        assert_eq!(client_input("%RESP(x-usage)%"), None);
+    }
+}

@@ -1,0 +1,258 @@
+//! `sluice check RULES --envoy FILE`: is my limit applied? The Envoy side
+//! (a bootstrap, or an admin `/config_dump`) read against the rules: every
+//! HTTP connection manager's ratelimit filter, every `rate_limits` entry of
+//! its routes, the descriptor each can send and the rule it meets, and the
+//! holes between the two halves, by severity ([`holes`]).
+
+mod actions;
+mod holes;
+mod quota;
+mod read;
+mod report;
+mod routes;
+
+use std::path::{Path, PathBuf};
+
+use crate::config::{Reach, Rules, Shape};
+
+pub(crate) use read::ReadError;
+pub(crate) use report::{json, text};
+
+use actions::{Absent, Descriptor, Source};
+use read::Hcm;
+use routes::Sent;
+
+/// How bad a finding is: errors fail the check (exit 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Severity {
+    Error,
+    Warning,
+}
+
+/// One hole, named by file, listener, route and action.
+#[derive(Debug, Clone)]
+pub(crate) struct Finding {
+    pub(crate) severity: Severity,
+    pub(crate) file: String,
+    pub(crate) listener: String,
+    pub(crate) route: Option<String>,
+    pub(crate) action: Option<String>,
+    pub(crate) message: String,
+}
+
+/// What one `rate_limits` entry sends and meets.
+#[derive(Debug)]
+pub(crate) struct Meeting {
+    pub(crate) sent: Sent,
+    /// The rule's path, name, limit and shape, or why none.
+    pub(crate) meets: Result<String, String>,
+    /// Rules only some values meet.
+    pub(crate) specific: Vec<String>,
+    /// What absent inputs do.
+    pub(crate) absent: Vec<String>,
+}
+
+/// One ratelimit filter and its routes.
+#[derive(Debug)]
+pub(crate) struct FilterReport {
+    pub(crate) file: String,
+    pub(crate) listener: String,
+    pub(crate) domain: String,
+    pub(crate) failure_mode_deny: bool,
+    pub(crate) timeout: Option<String>,
+    pub(crate) cluster: Option<String>,
+    pub(crate) meetings: Vec<Meeting>,
+}
+
+/// The whole check.
+#[derive(Debug, Default)]
+pub(crate) struct Report {
+    pub(crate) filters: Vec<FilterReport>,
+    pub(crate) findings: Vec<Finding>,
+}
+
+impl Report {
+    /// Exit status: 1 with errors, 0 with warnings only.
+    pub(crate) fn failed(&self) -> bool {
+        self.findings.iter().any(|f| f.severity == Severity::Error)
+    }
+}
+
+/// Checks every file against `rules`.
+pub(crate) fn check(rules: &Rules, files: &[PathBuf]) -> Result<Report, ReadError> {
+    let mut report = Report::default();
+    let mut reached: Vec<(String, String)> = Vec::new();
+    let mut domains: Vec<String> = Vec::new();
+    for file in files {
+        let doc = read::document(file)?;
+        for hcm in read::managers(&doc) {
+            check_hcm(rules, file, &hcm, &mut report, &mut reached, &mut domains);
+        }
+    }
+    holes::unreachable(rules, &domains, &reached, &mut report);
+    report.findings.sort_by_key(|f| f.severity);
+    Ok(report)
+}
+
+fn check_hcm(
+    rules: &Rules,
+    file: &Path,
+    hcm: &Hcm,
+    report: &mut Report,
+    reached: &mut Vec<(String, String)>,
+    domains: &mut Vec<String>,
+) {
+    let file_name = file.display().to_string();
+    let at = holes::At::new(&file_name, &hcm.listener);
+    holes::quota(hcm, &at, &mut report.findings);
+    for (domain, buckets) in quota::buckets(hcm) {
+        let Some(dom) = rules.domain(&domain) else {
+            at.error_here(
+                &mut report.findings,
+                format!(
+                    "the quota filter's domain {domain:?} has no rules: every bucket is allowed"
+                ),
+            );
+            continue;
+        };
+        domains.push(domain.clone());
+        for b in &buckets {
+            let paths = quota::reach(dom, b);
+            if paths.is_empty() {
+                let keys: Vec<&str> = b.entries.iter().map(|(k, _, _)| k.as_str()).collect();
+                at.error_here(
+                    &mut report.findings,
+                    format!(
+                        "the quota bucket {{{}}} meets no rule: it is allowed everything",
+                        keys.join(", ")
+                    ),
+                );
+            }
+            reached.extend(paths.into_iter().map(|p| (domain.clone(), p)));
+        }
+    }
+    let Some((index, filter)) = hcm
+        .filters
+        .iter()
+        .enumerate()
+        .find(|(_, f)| f.is("ratelimit.v3.RateLimit", "envoy.filters.http.ratelimit"))
+    else {
+        return;
+    };
+    let c = &filter.config;
+    let domain = c
+        .get("domain")
+        .and_then(|d| d.as_str())
+        .unwrap_or_default()
+        .to_owned();
+    let mut fr = FilterReport {
+        file: file_name.clone(),
+        listener: hcm.listener.clone(),
+        domain: domain.clone(),
+        failure_mode_deny: c
+            .get("failure_mode_deny")
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false),
+        timeout: c.get("timeout").and_then(|v| v.as_str()).map(str::to_owned),
+        cluster: c
+            .pointer("/rate_limit_service/grpc_service/envoy_grpc/cluster_name")
+            .and_then(|v| v.as_str())
+            .map(str::to_owned),
+        meetings: Vec::new(),
+    };
+    holes::filter(rules, &fr, filter.disabled, &at, &mut report.findings);
+    if let Some(missing) = &hcm.missing_rds {
+        at.warn(
+            &mut report.findings,
+            None,
+            None,
+            format!(
+                "routes {missing} (RDS) are not in this file: their rate_limits are not checked"
+            ),
+        );
+    }
+    let (sent, policies) = hcm.routes.as_ref().map(routes::sent).unwrap_or_default();
+    holes::cors(hcm, index, &policies, &at, &mut report.findings);
+    domains.push(domain.clone());
+    let dom = rules.domain(&domain);
+    for s in sent {
+        let m = meet(dom, s, &domain, reached);
+        holes::sent(&m, dom.is_some(), &at, &mut report.findings);
+        fr.meetings.push(m);
+    }
+    report.filters.push(fr);
+}
+
+/// The entries a descriptor sends when every input is present, as the
+/// rules see them.
+fn shape(d: &Descriptor) -> Vec<(&str, Shape<'_>)> {
+    d.entries
+        .iter()
+        .map(|e| {
+            let v = match &e.value {
+                Source::Fixed(v) => Shape::Fixed(v),
+                Source::Runtime(_) => Shape::Runtime,
+            };
+            (e.key.as_str(), v)
+        })
+        .collect()
+}
+
+fn meet(
+    dom: Option<&crate::config::Domain>,
+    sent: Sent,
+    domain: &str,
+    reached: &mut Vec<(String, String)>,
+) -> Meeting {
+    let absent = sent
+        .descriptor
+        .entries
+        .iter()
+        .filter_map(|e| match &e.absent {
+            Absent::Never => None,
+            Absent::Skipped(w) => Some(format!("when {w}: the {} entry is left out", e.key)),
+            Absent::Dropped(w) => Some(format!(
+                "when {w}: no descriptor is sent, and this entry limits nothing"
+            )),
+        })
+        .collect();
+    let Some(dom) = dom else {
+        return Meeting {
+            sent,
+            meets: Err(format!("domain {domain} has no rules")),
+            specific: Vec::new(),
+            absent,
+        };
+    };
+    let Reach {
+        general,
+        specific,
+        why_none,
+    } = dom.reach(&shape(&sent.descriptor));
+    for r in general.iter().chain(specific.iter().map(|(_, r)| r)) {
+        reached.push((domain.to_owned(), r.path.to_string()));
+    }
+    let describe = |r: &crate::config::Rule| {
+        let name = r
+            .name
+            .as_deref()
+            .map(|n| format!(" ({n})"))
+            .unwrap_or_default();
+        format!(
+            "{}{name}: {}",
+            r.label,
+            crate::config::describe_limit(&r.limit)
+        )
+    };
+    Meeting {
+        meets: general
+            .map(|r| describe(r))
+            .ok_or_else(|| why_none.unwrap_or_else(|| "no rule".into())),
+        specific: specific
+            .iter()
+            .map(|(via, r)| format!("{via} → {}", describe(r)))
+            .collect(),
+        sent,
+        absent,
+    }
+}
