@@ -66,3 +66,4 @@ pub mod store;
 pub(crate) mod telemetry;
 mod text;
 pub(crate) mod tls;
+pub(crate) mod usage;

@@ -33,6 +33,7 @@ fn main() -> ExitCode {
         Some(Command::Health(args)) => app::health(&args),
         Some(Command::Ratelimit) => return finish(ratelimit()),
         Some(Command::Counters(args)) => app::counters(&args),
+        Some(Command::Advise(args)) => app::advise(&args),
         None => app::serve(cli.serve, &[]),
     };
     finish(result.map_err(anyhow::Error::from))

@@ -18,6 +18,8 @@ pub struct RuleStats {
     pub shadow_mode: AtomicU64,
     /// Hits given back by refunds (`is_negative_hits`).
     pub refunded: AtomicU64,
+    /// How keys used the rule lately (`/api/usage`, `sluice advise`).
+    pub usage: crate::usage::Usage,
     /// A `detailed_metric` label set (kept when its rule leaves: bounded by
     /// `--max-detailed-metrics`), not a configured rule.
     detailed: AtomicBool,

@@ -14,6 +14,7 @@
 //! - `POST /api/counters`, `POST /api/counters/reset`, `GET /api/counters/top`:
 //!   look a client's counters up, reset them, who is refused now
 //!   ([`counters`]; the token of `--admin-token-file`, or loopback only).
+//! - `GET /api/usage`: how keys use each limit, and what a limit would refuse.
 //!
 //! The port serves operators and probes, and the console for operators only: a request whose
 //! `Host` is not an address, `localhost` or an `--admin-allowed-hosts` name
@@ -42,6 +43,7 @@ use tokio_util::task::TaskTracker;
 
 mod access;
 mod counters;
+mod usage;
 
 use crate::config::Reload;
 use crate::conn::{self, ConnBounds, Guarded, IdleBy};
@@ -134,6 +136,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/api/counters", post(counters::lookup))
         .route("/api/counters/reset", post(counters::reset))
         .route("/api/counters/top", get(counters::top))
+        .route("/api/usage", get(usage::usage))
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state)
 }

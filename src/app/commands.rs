@@ -4,7 +4,7 @@ use std::io::Write as _;
 use std::process::ExitCode;
 
 use super::{AppError, Context as _};
-use crate::cli::{BenchArgs, CheckArgs, CountersAction, CountersArgs, HealthArgs};
+use crate::cli::{AdviseArgs, BenchArgs, CheckArgs, CountersAction, CountersArgs, HealthArgs};
 use crate::config::load_dir;
 use crate::counters::client;
 use crate::health_probe;
@@ -155,6 +155,29 @@ pub fn counters(args: &CountersArgs) -> Result<ExitCode, AppError> {
         client::top_table(&doc)
     } else {
         client::table(&doc)
+    };
+    let _ = std::io::stdout().write_all(text.as_bytes());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `sluice advise`: the usage of every rule as a table.
+pub fn advise(args: &AdviseArgs) -> Result<ExitCode, AppError> {
+    let path = match &args.domain {
+        Some(d) => format!("/api/usage?domain={d}"),
+        None => "/api/usage".to_owned(),
+    };
+    let answer =
+        client::call(&args.admin, "GET", &path, None, None, args.timeout).map_err(AppError::msg)?;
+    if answer.status != 200 {
+        eprintln!("sluice advise: {} {}", answer.status, answer.body.trim());
+        return Ok(ExitCode::FAILURE);
+    }
+    let doc: serde_json::Value =
+        serde_json::from_str(&answer.body).context("the answer is not JSON")?;
+    let text = if args.json {
+        format!("{doc:#}\n")
+    } else {
+        crate::usage::advice_table(&doc)
     };
     let _ = std::io::stdout().write_all(text.as_bytes());
     Ok(ExitCode::SUCCESS)

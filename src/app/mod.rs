@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-pub use commands::{bench, check, counters, health};
+pub use commands::{advise, bench, check, counters, health};
 pub use error::AppError;
 pub(crate) use error::Context;
 

@@ -43,6 +43,30 @@ pub enum Command {
     /// Look a client's counters up, reset them, or list who is refused now,
     /// through a running sluice's admin port.
     Counters(CountersArgs),
+    /// Per rule, how keys really use it and the limits that would refuse
+    /// 0.1%, 1% and 5% of them, from a running sluice's admin port.
+    Advise(AdviseArgs),
+}
+
+/// `sluice advise`.
+#[derive(Args)]
+pub struct AdviseArgs {
+    /// The admin port, as http://host:port.
+    #[arg(
+        long,
+        env = "SLUICE_ADMIN_URL",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub(crate) admin: String,
+    /// Only this domain.
+    #[arg(long)]
+    pub(crate) domain: Option<String>,
+    /// Print the answer's JSON instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Longest wait for the answer.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub(crate) timeout: Duration,
 }
 
 /// `sluice counters show|reset|top`.

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 static NULL: Value = Value::Null;
 
 /// The field at `pointer` (`/a/b`), or null.
-fn at<'a>(v: &'a Value, pointer: &str) -> &'a Value {
+pub(crate) fn at<'a>(v: &'a Value, pointer: &str) -> &'a Value {
     v.pointer(pointer).unwrap_or(&NULL)
 }
 
@@ -118,7 +118,7 @@ pub(crate) fn body(domain: &str, descriptors: &[String]) -> Result<Value, String
 }
 
 /// A JSON value as a cell: strings without quotes, null as `-`.
-fn cell(v: &Value) -> String {
+pub(crate) fn cell(v: &Value) -> String {
     match v {
         Value::Null => "-".into(),
         Value::String(s) => s.clone(),
@@ -127,7 +127,7 @@ fn cell(v: &Value) -> String {
 }
 
 /// Rows as columns padded to their widest cell.
-fn columns(rows: &[Vec<String>]) -> String {
+pub(crate) fn columns(rows: &[Vec<String>]) -> String {
     let widths: Vec<usize> = (0..rows.first().map_or(0, Vec::len))
         .map(|i| {
             rows.iter()

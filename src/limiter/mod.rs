@@ -96,7 +96,9 @@ pub fn status(c: &Counted, now: Now) -> Status {
         Tally::Count(after) if c.algorithm == Algorithm::Concurrency => {
             counted_status(c, after, 1, Some(1))
         }
-        Tally::Count(after) => counted_status(c, after, c.window.seconds_until_reset(now), None),
+        Tally::Count(after) | Tally::Remembered(after) => {
+            counted_status(c, after, c.window.seconds_until_reset(now), None)
+        }
         Tally::Sliding { current, previous } => {
             let window_ms = c.window.period.seconds().saturating_mul(1000);
             let after = sliding_estimate(current, previous, c.elapsed_ms, window_ms);
@@ -231,6 +233,8 @@ pub fn would_exceed(
         }
         (Tally::Bucket { .. }, _) => true,
         (Tally::Decided(v), _) => v == Decision::Refuse,
+        // Remembered only when over the limit.
+        (Tally::Remembered(_), _) => true,
     }
 }
 

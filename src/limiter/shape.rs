@@ -87,6 +87,10 @@ pub enum Tally {
     Bucket { taken: bool, debt_us: u64 },
     /// The store did not count: a failure policy decided instead.
     Decided(Decision),
+    /// A fixed window's count answered from the local over-limit cache:
+    /// the count it remembered plus the hits (the store was not asked, so
+    /// the count is this instance's view, not the fleet's).
+    Remembered(u64),
 }
 
 /// What a failure policy decided for a counter the store could not count

@@ -118,7 +118,24 @@ impl Collector for RuleTable {
             rules
                 .iter()
                 .map(|(k, s)| (labels(k), s.refunded.load(Relaxed))),
-        )
+        )?;
+        let now = crate::limiter::Now::wall_us() / 1_000_000;
+        let mut family = enc.encode_descriptor(
+            "sluice_rule_key_usage",
+            "Per-key peak usage of the rule in its last complete period (a snapshot, not a running total: histogram_quantile on it directly); _sum is the hits.",
+            None,
+            prometheus_client::metrics::MetricType::Histogram,
+        )?;
+        for (k, s) in &rules {
+            if let Some((buckets, count, sum)) = crate::usage::histogram(&s.usage, now) {
+                family
+                    .encode_family(&labels(k))?
+                    .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                        sum as f64, count, &buckets, None,
+                    )?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -142,6 +142,15 @@ impl RateLimiter {
         v: &mut Verdicts<'r>,
     ) -> (limiter::Status, DescriptorStatus) {
         let s = c.decide(d.hits, d.refund, tally, now_ms, &self.settings.knobs);
+        // Which usage levels this key crossed (one or two relaxed adds).
+        if let Some((before, after, hits)) =
+            crate::usage::crossing(c.algorithm, tally, &s, d.hits, d.refund)
+        {
+            let window = c.period.seconds();
+            c.stats
+                .usage
+                .record(window, now_ms / 1000, before, after, hits);
+        }
         if s.stats.over_limit > 0 {
             // Only over-limit descriptors reach the console's top.
             let rule = c.rule.map_or("_override", |r| &r.label);

@@ -86,8 +86,10 @@ impl Counting<'_> {
             refund,
             // Every other rule is cached: a refusal is trusted for half a
             // second, so a refund or reset through any instance is seen on
-            // every one within that (the marked ones are never cached).
-            cacheable: !refundable,
+            // every one within that (the marked ones are never cached). A
+            // shadow-mode rule refuses no one, so the cache would save
+            // nothing but the count its usage is read from.
+            cacheable: !refundable && !self.rule.is_some_and(|r| r.shadow_mode),
             limit: self.requests_per_unit,
             window: Window::containing(self.period, Now(at_us / 1_000_000)),
             algorithm: self.algorithm,

@@ -78,7 +78,7 @@ impl OverLimitCache {
         let after = seen.count.saturating_add(inc.hits);
         let trusted = inc.at_us < seen.at_us.saturating_add(TRUST_US);
         (trusted && seen.start == inc.window.start && after > u64::from(inc.limit))
-            .then_some(Tally::Count(after))
+            .then_some(Tally::Remembered(after))
     }
 
     /// Remembers a count the store returned, when it is over the limit.
@@ -163,7 +163,7 @@ mod tests {
         c.record(&inc("a", 5, 60), &Tally::Count(5));
         assert_eq!(c.over(&inc("a", 5, 60)), None, "at the limit is not over");
         c.record(&inc("a", 5, 60), &Tally::Count(6));
-        assert_eq!(c.over(&at("a", 5, 60_400_000)), Some(Tally::Count(7)));
+        assert_eq!(c.over(&at("a", 5, 60_400_000)), Some(Tally::Remembered(7)));
         assert_eq!(
             c.over(&inc("a", 5, 120)),
             None,
@@ -180,7 +180,7 @@ mod tests {
         c.record(&at("a", 5, 60_000_000), &Tally::Count(6));
         assert_eq!(
             c.over(&at("a", 5, 60_000_000 + TRUST_US - 1)),
-            Some(Tally::Count(7))
+            Some(Tally::Remembered(7))
         );
         assert_eq!(
             c.over(&at("a", 5, 60_000_000 + TRUST_US)),
@@ -191,7 +191,7 @@ mod tests {
         c.record(&at("a", 5, 60_000_000 + TRUST_US), &Tally::Count(7));
         assert_eq!(
             c.over(&at("a", 5, 60_000_000 + TRUST_US + 1)),
-            Some(Tally::Count(8))
+            Some(Tally::Remembered(8))
         );
     }
 
@@ -209,7 +209,7 @@ mod tests {
             c.record(&inc(&i.to_string(), 0, 60), &Tally::Count(1));
         }
         c.record(&inc("newest", 0, 60), &Tally::Count(1));
-        assert_eq!(c.over(&inc("newest", 0, 60)), Some(Tally::Count(2)));
+        assert_eq!(c.over(&inc("newest", 0, 60)), Some(Tally::Remembered(2)));
     }
 
     #[test]

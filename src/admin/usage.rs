@@ -1,0 +1,71 @@
+//! `GET /api/usage`: how keys really use each limit, and what a candidate
+//! limit would refuse ([`crate::usage`]). Figures per rule, never a key.
+//!
+//! - no `domain`: every domain's rules;
+//! - `domain=D`: D's rules, each with its usage quantiles and what its own
+//!   limit refused;
+//! - `domain=D&rule=PATH[&limit=L]`: that limit's windows for L (its own
+//!   limit by default): keys, keys refused, requests refused.
+
+use std::collections::HashMap;
+
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use super::AdminState;
+use crate::usage::{domain_report, limit_report};
+
+pub(super) async fn usage(
+    State(s): State<AdminState>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let now = crate::limiter::Now::wall_us() / 1_000_000;
+    let loaded = s.limiter.rules().snapshot();
+    let Some(name) = q.get("domain") else {
+        let domains: Vec<_> = loaded
+            .rules
+            .domains()
+            .into_iter()
+            .map(|(name, d)| domain_report(name, d, now))
+            .collect();
+        return axum::Json(json!({"domains": domains})).into_response();
+    };
+    let Some(domain) = loaded.rules.domain(name) else {
+        return (
+            StatusCode::BAD_REQUEST,
+            format!("domain {name:?} has no rules loaded\n"),
+        )
+            .into_response();
+    };
+    let Some(path) = q.get("rule") else {
+        return axum::Json(domain_report(name, domain, now)).into_response();
+    };
+    let limit = match q.get("limit").map(|l| l.parse::<u64>()) {
+        None => None,
+        Some(Ok(l)) => Some(l),
+        Some(Err(_)) => {
+            return (StatusCode::BAD_REQUEST, "limit: a whole number\n").into_response();
+        }
+    };
+    let Some(rule) = domain
+        .rules()
+        .iter()
+        .find(|r| *r.label == **path || *r.path == **path)
+    else {
+        return (
+            StatusCode::BAD_REQUEST,
+            format!("domain {name:?} has no rule {path:?}\n"),
+        )
+            .into_response();
+    };
+    match limit_report(rule, limit, now) {
+        Some(doc) => axum::Json(doc).into_response(),
+        None => (
+            StatusCode::BAD_REQUEST,
+            format!("rule {path:?} is unlimited: nothing to refuse\n"),
+        )
+            .into_response(),
+    }
+}

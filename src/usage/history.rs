@@ -1,0 +1,176 @@
+//! One limit's recent usage: a ring of [`SLOTS`] periods, each holding how
+//! many keys crossed each level ([`levels`](super::levels)) and the hits
+//! behind them. A period is the rule's window, or a minute for shorter
+//! windows (their windows merge into it, each still counted per window);
+//! 64 of them keep at least the last hour, and at least the last 24
+//! windows of a longer rule. Memory is fixed per limit (allocated on its
+//! first request) whatever the number of keys, and a request costs one or
+//! two relaxed atomic adds.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+
+use super::levels;
+
+/// Periods kept.
+pub(crate) const SLOTS: usize = 64;
+/// The shortest period: shorter windows merge into a minute.
+const MIN_PERIOD: u64 = 60;
+
+#[derive(Debug)]
+struct Slot {
+    /// The period's index (start / period) plus one; 0: never used.
+    period: AtomicU64,
+    /// Keys that crossed each level in the period.
+    keys: Box<[AtomicU32]>,
+    hits: AtomicU64,
+}
+
+impl Slot {
+    fn new() -> Slot {
+        Slot {
+            period: AtomicU64::new(0),
+            keys: (0..levels::len()).map(|_| AtomicU32::new(0)).collect(),
+            hits: AtomicU64::new(0),
+        }
+    }
+}
+
+/// One period as read: its start (Unix seconds), its length, keys per
+/// level, and hits.
+#[derive(Debug, Clone)]
+pub(crate) struct Period {
+    pub(crate) start: u64,
+    pub(crate) seconds: u64,
+    pub(crate) keys: Vec<u32>,
+    pub(crate) hits: u64,
+}
+
+/// A limit's recent usage.
+#[derive(Debug, Default)]
+pub struct Usage {
+    slots: OnceLock<Box<[Slot]>>,
+    /// The window of the last record, for readers that have no rule.
+    window: AtomicU64,
+}
+
+/// The period a window of `window_s` seconds is counted in.
+pub(crate) fn period_of(window_s: u64) -> u64 {
+    window_s.max(MIN_PERIOD)
+}
+
+impl Usage {
+    /// A counter of a window of `window_s` went from `before` to `after`
+    /// at Unix second `now`, for `hits` (0 for a refund, which lowers it).
+    pub(crate) fn record(&self, window_s: u64, now: u64, before: u64, after: u64, hits: u64) {
+        let (from, to) = (levels::index(before), levels::index(after));
+        if from == to && hits == 0 {
+            return;
+        }
+        let slots = self
+            .slots
+            .get_or_init(|| (0..SLOTS).map(|_| Slot::new()).collect());
+        if self.window.load(Relaxed) != window_s {
+            self.window.store(window_s, Relaxed);
+        }
+        let period = period_of(window_s);
+        let p = now / period;
+        #[allow(clippy::indexing_slicing, reason = "taken modulo the slot count")]
+        let slot = &slots[usize::try_from(p % SLOTS as u64).unwrap_or(0)];
+        let seen = slot.period.load(Relaxed);
+        if seen != p + 1 {
+            if seen > p + 1 {
+                return; // a request from a period already left behind
+            }
+            // The first request of a new period empties the slot; a
+            // request racing it may lose its count there (once a period).
+            if slot
+                .period
+                .compare_exchange(seen, p + 1, Relaxed, Relaxed)
+                .is_ok()
+            {
+                slot.keys.iter().for_each(|k| k.store(0, Relaxed));
+                slot.hits.store(0, Relaxed);
+            }
+        }
+        slot.hits.fetch_add(hits, Relaxed);
+        if to > from {
+            for k in slot.keys.get(from..to).into_iter().flatten() {
+                k.fetch_add(1, Relaxed);
+            }
+        } else {
+            for k in slot.keys.get(to..from).into_iter().flatten() {
+                let _ = k.fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(1)));
+            }
+        }
+    }
+
+    /// The window of the last record (0 before any).
+    pub(crate) fn window(&self) -> u64 {
+        self.window.load(Relaxed)
+    }
+
+    /// The periods within the last `periods` of `window_s`'s period, as of
+    /// `now`, oldest first (the current one last, still filling).
+    pub(crate) fn periods(&self, window_s: u64, now: u64, periods: u64) -> Vec<Period> {
+        let Some(slots) = self.slots.get() else {
+            return Vec::new();
+        };
+        let len = period_of(window_s);
+        let current = now / len;
+        let mut out: Vec<Period> = slots
+            .iter()
+            .filter_map(|s| {
+                let p = s.period.load(Relaxed).checked_sub(1)?;
+                (p <= current && current - p < periods).then(|| Period {
+                    start: p * len,
+                    seconds: len,
+                    keys: s.keys.iter().map(|k| k.load(Relaxed)).collect(),
+                    hits: s.hits.load(Relaxed),
+                })
+            })
+            .collect();
+        out.sort_by_key(|p| p.start);
+        out
+    }
+
+    /// Bytes this limit holds now.
+    #[cfg(test)]
+    pub(crate) fn footprint(&self) -> usize {
+        self.slots
+            .get()
+            .map_or(0, |s| s.len() * (levels::len() * 4 + 16))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crossings_count_keys_per_level_and_refunds_take_them_back() {
+        let u = Usage::default();
+        assert!(u.periods(60, 1000, 60).is_empty(), "nothing until used");
+        // Key a: 1, 2, 3; key b: 1; key c: 0 -> 5 in one go.
+        for (before, after) in [(0, 1), (1, 2), (2, 3), (0, 1), (0, 5)] {
+            u.record(60, 1000, before, after, after - before);
+        }
+        let p = &u.periods(60, 1000, 60)[0];
+        assert_eq!(&p.keys[..6], &[3, 2, 2, 1, 1, 0]);
+        assert_eq!((p.hits, p.start, p.seconds), (9, 960, 60));
+        // A refund of 2 on key a (3 -> 1).
+        u.record(60, 1001, 3, 1, 0);
+        assert_eq!(&u.periods(60, 1001, 60)[0].keys[..4], &[3, 1, 1, 1]);
+        // The next period starts empty; an hour on, the first is gone.
+        u.record(60, 1020, 0, 1, 1);
+        let ps = u.periods(60, 1020, 60);
+        assert_eq!(ps.len(), 2);
+        assert_eq!(ps[1].keys[0], 1);
+        assert_eq!(
+            u.periods(60, 1020 + 3600, 60).len(),
+            0,
+            "an hour of minutes"
+        );
+        assert!(u.footprint() < 128 * 1024, "{}", u.footprint());
+    }
+}

@@ -1,0 +1,114 @@
+//! Limits chosen with evidence: for every limit of every rule, how its keys
+//! really use it in each recent window (the distribution of per-key usage,
+//! [`history`]) and what any candidate limit would refuse ([`query`]),
+//! read at `/api/usage`, in `/metrics` and by `sluice advise`.
+//!
+//! The request path adds one or two relaxed atomics per counted limit:
+//! each answer's count says which usage levels its key crossed
+//! ([`levels`]). Only the store's counts are used, so the fleet's figures
+//! are exact: a request answered from the local over-limit cache (an
+//! enforced rule's key past its limit) adds nothing, and demand past an
+//! enforced limit shows only until the cache answers; a rule in shadow mode
+//! is never cached, so its whole demand is counted.
+
+pub(crate) mod history;
+pub(crate) mod levels;
+pub(crate) mod query;
+mod report;
+
+pub use history::Usage;
+pub(crate) use report::{advice_table, domain_report, limit_report};
+
+use crate::limiter::{Algorithm, Status, Tally};
+
+/// One decision's usage: the counter before and after, as the store (or
+/// the local cache) answered `tally` for `hits` (a refund lowers it).
+pub(crate) fn crossing(
+    algorithm: Algorithm,
+    tally: Tally,
+    status: &Status,
+    hits: u64,
+    refund: bool,
+) -> Option<(u64, u64, u64)> {
+    let after = match (tally, algorithm) {
+        (Tally::Count(c), _) | (Tally::Sliding { current: c, .. }, _) => c,
+        // Tokens taken from a full bucket.
+        (Tally::Bucket { .. }, Algorithm::TokenBucket { burst, .. }) => {
+            u64::from(burst.saturating_sub(status.remaining))
+        }
+        _ => return None,
+    };
+    Some(if refund {
+        (after.saturating_add(hits), after, 0)
+    } else {
+        (after.saturating_sub(hits), after, hits)
+    })
+}
+
+/// The Prometheus buckets of the per-key peak (bounded: these 16 and +Inf).
+const EXPORTED: [u64; 16] = [
+    1, 2, 3, 5, 10, 20, 30, 50, 100, 200, 300, 500, 1000, 2000, 5000, 10000,
+];
+
+/// A histogram for the exposition: (upper bound, count in the bucket) not
+/// cumulative, the count and the sum.
+pub(crate) type Exported = (Vec<(f64, u64)>, u64, u64);
+
+/// A limit's last complete period as a histogram of per-key peaks (keys
+/// per bucket), the keys, the hits.
+pub(crate) fn histogram(usage: &Usage, now: u64) -> Option<Exported> {
+    let window = usage.window();
+    let periods = usage.periods(window, now, 2);
+    let current = now / history::period_of(window);
+    let last = periods
+        .iter()
+        .rev()
+        .find(|p| p.start / p.seconds < current)?;
+    let keys = u64::from(last.keys.first().copied().unwrap_or(0));
+    let mut below = 0;
+    let mut out = Vec::with_capacity(EXPORTED.len() + 1);
+    for le in EXPORTED {
+        let at_most = keys.saturating_sub(query::at_least(&last.keys, le + 1));
+        #[allow(clippy::cast_precision_loss, reason = "bucket bounds are small")]
+        out.push((le as f64, at_most.saturating_sub(below)));
+        below = at_most;
+    }
+    out.push((f64::INFINITY, keys.saturating_sub(below)));
+    Some((out, keys, last.hits))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exported_histogram_is_the_last_complete_period() {
+        let u = Usage::default();
+        // Keys with peaks 1, 3 and 40 in the minute starting at 960.
+        for (b, a) in [(0, 1), (0, 3), (0, 40)] {
+            u.record(60, 1000, b, a, a - b);
+        }
+        assert!(histogram(&u, 1000).is_none(), "the period is not over");
+        let (buckets, keys, hits) = histogram(&u, 1030).expect("complete");
+        assert_eq!((keys, hits), (3, 44));
+        let count = |le: f64| buckets.iter().find(|(b, _)| *b == le).map(|(_, n)| *n);
+        assert_eq!(
+            (count(1.0), count(3.0), count(50.0)),
+            (Some(1), Some(1), Some(1))
+        );
+        assert_eq!(buckets.iter().map(|(_, n)| n).sum::<u64>(), 3);
+        assert_eq!(buckets.len(), EXPORTED.len() + 1, "bounded");
+    }
+
+    #[test]
+    fn a_million_distinct_keys_leave_the_memory_where_it_was() {
+        let u = Usage::default();
+        u.record(60, 1000, 0, 1, 1);
+        let before = u.footprint();
+        for _ in 0..1_000_000 {
+            u.record(60, 1000, 0, 1, 1);
+        }
+        assert_eq!(u.footprint(), before);
+        assert_eq!(u.periods(60, 1000, 60)[0].keys[0], 1_000_001);
+    }
+}

@@ -1,0 +1,111 @@
+//! What the usage history answers: how many keys reached at least c, what
+//! a limit L would refuse (keys and requests), and the quantiles of the
+//! per-key peak, per period or pooled over them. Exact at every level; in
+//! between, a count c reads as the level at or just below it (within 5%).
+
+use super::history::Period;
+use super::levels;
+
+/// Keys that reached at least `c` (c of 0: every key).
+pub(crate) fn at_least(keys: &[u32], c: u64) -> u64 {
+    let i = levels::index(c.max(1));
+    keys.get(i.saturating_sub(1)).copied().map_or(0, u64::from)
+}
+
+/// Keys a limit of `limit` refused at least once.
+pub(crate) fn keys_refused(keys: &[u32], limit: u64) -> u64 {
+    at_least(keys, limit.saturating_add(1))
+}
+
+/// Requests a limit of `limit` refused: every hit past it, summed over keys
+/// (each level's keys times the step to the next level).
+pub(crate) fn requests_refused(keys: &[u32], limit: u64) -> u64 {
+    let from = levels::index(limit.saturating_add(1)).saturating_sub(1);
+    let mut total = 0u64;
+    // One instance's levels need not fall monotonically (another instance
+    // crossed some of them): every level is summed.
+    for (i, &n) in keys.iter().enumerate().skip(from) {
+        let lo = levels::level(i).max(limit.saturating_add(1));
+        let hi = levels::level(i + 1);
+        total = total.saturating_add(u64::from(n).saturating_mul(hi.saturating_sub(lo)));
+    }
+    total
+}
+
+/// The periods pooled: each (key, period) is one sample.
+pub(crate) fn pooled(periods: &[Period]) -> Vec<u32> {
+    let mut out = vec![0u32; levels::len()];
+    for p in periods {
+        for (o, k) in out.iter_mut().zip(&p.keys) {
+            *o = o.saturating_add(*k);
+        }
+    }
+    out
+}
+
+/// The `q` quantile of the per-key peak (the smallest level that at most
+/// a `1 - q` share of keys went past), or 0 with no keys.
+pub(crate) fn quantile(keys: &[u32], q: f64) -> u64 {
+    let total = keys.first().copied().map_or(0.0, f64::from);
+    if total == 0.0 {
+        return 0;
+    }
+    let allowed = (1.0 - q) * total;
+    for (i, _) in keys.iter().enumerate() {
+        let past = keys.get(i + 1).copied().map_or(0.0, f64::from);
+        if past <= allowed {
+            return levels::level(i);
+        }
+    }
+    levels::level(keys.len().saturating_sub(1))
+}
+
+/// The highest level any key reached.
+pub(crate) fn max(keys: &[u32]) -> u64 {
+    keys.iter().rposition(|&n| n > 0).map_or(0, levels::level)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::usage::history::Usage;
+
+    /// Key i (1..=100) sends i requests, one at a time.
+    fn population() -> Vec<u32> {
+        let u = Usage::default();
+        for key in 1..=100u64 {
+            for c in 1..=key {
+                u.record(60, 1000, c - 1, c, 1);
+            }
+        }
+        u.periods(60, 1000, 60)[0].keys.clone()
+    }
+
+    #[test]
+    fn a_known_population_is_answered_within_five_percent() {
+        let keys = population();
+        assert_eq!(at_least(&keys, 1), 100);
+        assert_eq!(at_least(&keys, 30), 71, "exact below 32");
+        // Past 32, within the level's 5%: keys reaching 70 are 31.
+        let seventy = at_least(&keys, 70) as f64;
+        assert!((seventy - 31.0).abs() <= 31.0 * 0.05 + 2.0, "{seventy}");
+        assert_eq!(keys_refused(&keys, 100), 0);
+        assert_eq!(keys_refused(&keys, 10), 90);
+        // Exact: sum over keys of (i - 10) for i > 10 = 4095.
+        let refused = requests_refused(&keys, 10) as f64;
+        assert!((refused - 4095.0).abs() <= 4095.0 * 0.05, "{refused}");
+        let exact = (21..=100).map(|i| i - 20).sum::<u64>() as f64;
+        let refused = requests_refused(&keys, 20) as f64;
+        assert!(
+            (refused - exact).abs() <= exact * 0.05,
+            "{refused} against {exact}"
+        );
+        assert_eq!(requests_refused(&keys, 100), 0);
+        let p50 = quantile(&keys, 0.5);
+        assert!((48..=52).contains(&p50), "{p50}");
+        let p99 = quantile(&keys, 0.99) as f64;
+        assert!((p99 - 99.0).abs() <= 99.0 * 0.06, "{p99}");
+        assert!(max(&keys) <= 100 && max(&keys) >= 95, "{}", max(&keys));
+        assert_eq!(quantile(&[0; 4], 0.5), 0);
+    }
+}
