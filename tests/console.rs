@@ -247,3 +247,65 @@ fn the_console_looks_a_refused_client_up_and_resets_it() {
         "console errors: {errors:?}"
     );
 }
+
+/// The console's usage chart: a shadow-mode rule's distribution drawn with
+/// its limit marked, and a limit typed into it answered with whom it would
+/// refuse (the office and the bot of the README's example).
+#[test]
+fn the_console_charts_usage_and_answers_a_typed_limit() {
+    let rules = "domain: auth
+descriptors:
+  - key: ip
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 10}
+";
+    common::stack::room_in_window(3600, 120);
+    let sluice = Sluice::start(&[("auth.yaml", rules)], &[]);
+    let mut totals: Vec<u64> = (0..50).map(|i| 1 + i % 3).collect();
+    totals.extend([25, 120]);
+    for (i, n) in totals.iter().enumerate() {
+        let body = format!(
+            r#"{{"domain":"auth","descriptors":[{{"entries":[{{"key":"ip","value":"198.51.100.{i}"}}]}}]}}"#
+        );
+        for _ in 0..*n {
+            assert_eq!(sluice.post("/json", &body).0, 200, "shadow mode passes");
+        }
+    }
+    let browser = Browser::start();
+    browser.goto(&format!("http://{}/", sluice.admin));
+    let wait = Duration::from_secs(15);
+    assert!(
+        browser.wait_for(wait, |b| b.text("#usage-answer").contains("of 52 clients")),
+        "{}",
+        browser.text("#usage-answer")
+    );
+    assert!(
+        browser
+            .text("#usage-answer")
+            .contains("would refuse 2 of 52")
+    );
+    let bars = |b: &Browser| {
+        b.script("return document.querySelectorAll('#usage-chart rect.refused').length")
+            .as_u64()
+            .unwrap_or(0)
+    };
+    assert!(bars(&browser) > 0, "the refused levels are drawn");
+    assert!(
+        browser
+            .script("return document.querySelectorAll('#usage-chart line.limit').length")
+            .as_u64()
+            == Some(1)
+    );
+    browser.script(
+        "const i = document.getElementById('usage-limit'); i.value = '30'; i.dispatchEvent(new Event('input')); return true",
+    );
+    assert!(
+        browser.wait_for(wait, |b| b
+            .text("#usage-answer")
+            .contains("a limit of 30 would refuse 1 of 52")),
+        "{}",
+        browser.text("#usage-answer")
+    );
+    let errors = browser.console_errors();
+    assert!(errors.is_empty(), "console errors: {errors:?}");
+}

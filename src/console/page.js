@@ -214,5 +214,69 @@ document.getElementById("counter-form").addEventListener("submit", e => {
 document.getElementById("counter-reset").addEventListener("click", () => counterAction("/api/counters/reset", "reset"));
 document.getElementById("counter-top").addEventListener("click", counterTop);
 
+// Usage: the distribution of per-key usage of one limit, as bars of keys
+// that reached each level (both axes log), the limit a red line.
+function usageChart(doc, limit) {
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("viewBox", "0 0 600 120");
+  svg.setAttribute("class", "usage");
+  const points = doc.at_least;
+  if (!points.length) return svg;
+  const maxLevel = Math.max(limit + 1, points[points.length - 1][0]);
+  const x = v => 10 + 580 * Math.log(v) / Math.log(maxLevel + 1);
+  const maxKeys = Math.max(...points.map(p => p[1]));
+  const y = n => 110 - 100 * Math.log(1 + n) / Math.log(1 + maxKeys);
+  for (const [level, keys] of points) {
+    const r = document.createElementNS(ns, "rect");
+    r.setAttribute("x", x(level).toFixed(1));
+    r.setAttribute("y", y(keys).toFixed(1));
+    r.setAttribute("width", "3");
+    r.setAttribute("height", (110 - y(keys)).toFixed(1));
+    r.setAttribute("class", level > limit ? "refused" : "within");
+    svg.append(r);
+  }
+  const line = document.createElementNS(ns, "line");
+  line.setAttribute("x1", x(limit + 0.5).toFixed(1)); line.setAttribute("x2", x(limit + 0.5).toFixed(1));
+  line.setAttribute("y1", "5"); line.setAttribute("y2", "115");
+  line.setAttribute("class", "limit");
+  svg.append(line);
+  return svg;
+}
+
+async function showUsage() {
+  const pick = document.getElementById("usage-rule").value;
+  if (!pick) return;
+  const [domain, rule] = pick.split("|");
+  const typed = document.getElementById("usage-limit").value;
+  const q = new URLSearchParams({ domain, rule });
+  if (typed !== "") q.set("limit", typed);
+  const res = await fetch(`/api/usage?${q}`, { cache: "no-store" });
+  const answer = document.getElementById("usage-answer");
+  if (!res.ok) { answer.textContent = (await res.text()).trim(); return; }
+  const doc = await res.json();
+  const u = doc.usage;
+  answer.textContent = `a limit of ${doc.limit} would refuse ${doc.keys_refused} of ${u.keys} clients ` +
+    `(${doc.requests_refused} requests) lately; current limit ${doc.current_limit}; p50 ${u.p50}, p99 ${u.p99}, max ${u.max}`;
+  document.getElementById("usage-chart").replaceChildren(usageChart(doc, doc.limit));
+}
+
+async function loadUsageRules() {
+  const res = await fetch("/api/usage", { cache: "no-store" });
+  if (!res.ok) return;
+  const doc = await res.json();
+  const select = document.getElementById("usage-rule");
+  const keep = select.value;
+  select.replaceChildren(...doc.domains.flatMap(d => d.rules.map(r =>
+    el("option", { value: `${d.domain}|${r.rule}` }, `${d.domain} ${r.rule} (limit ${r.limit}, ${r.usage.keys} keys)`))));
+  if (keep) select.value = keep;
+  showUsage();
+}
+
+document.getElementById("usage-rule").addEventListener("change", showUsage);
+document.getElementById("usage-limit").addEventListener("input", showUsage);
+loadUsageRules();
+setInterval(loadUsageRules, 10 * REFRESH_MS);
+
 refresh();
 setInterval(refresh, REFRESH_MS);
