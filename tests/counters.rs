@@ -7,8 +7,6 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::memcache::Memcached;
@@ -69,25 +67,12 @@ fn start_with(rules: &str, extra: &[&str]) -> Sluice {
 
 /// One call to the admin port with an optional bearer token.
 fn admin(s: &Sluice, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, String) {
-    let mut c = TcpStream::connect(s.admin).expect("connect admin");
-    c.set_read_timeout(Some(Duration::from_secs(10))).ok();
-    let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
-    write!(
-        c,
-        "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        s.admin,
-        body.len()
-    )
-    .expect("write");
-    let mut raw = String::new();
-    c.read_to_string(&mut raw).expect("read");
-    let status = raw
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("status");
-    let body = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
-    (status, body)
+    let bearer = token.map(|t| format!("Bearer {t}"));
+    let headers: Vec<(&str, &str)> = bearer
+        .iter()
+        .map(|b| ("Authorization", b.as_str()))
+        .collect();
+    http_with(s.admin, method, path, &headers, body)
 }
 
 fn body(descriptors: &[&[(&str, &str)]]) -> String {

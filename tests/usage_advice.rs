@@ -47,6 +47,17 @@ fn usage(s: &Sluice, query: &str) -> Value {
     serde_json::from_str(&body).expect("json")
 }
 
+/// `rule` as `/api/usage?domain=auth` lists it.
+fn listed(s: &Sluice, rule: &str) -> Value {
+    let list = usage(s, "domain=auth");
+    let found = list["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["rule"] == rule);
+    found.expect("the rule is listed").clone()
+}
+
 /// The fleet's answer for `limit` on `rule`: summed over the instances.
 fn fleet(instances: &[&Sluice], rule: &str, limit: u64) -> (u64, u64, u64) {
     instances.iter().fold((0, 0, 0), |(k, kr, rr), s| {
@@ -141,14 +152,7 @@ async fn the_fleets_answer_for_any_limit_is_the_exact_count_within_five_percent(
     check(&totals, &[&memory], "memory");
 
     // The rule list: quantiles and what the current limit (10) refused.
-    let list = usage(&memory, "domain=auth");
-    let ip = list["rules"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["rule"] == "ip")
-        .unwrap()
-        .clone();
+    let ip = listed(&memory, "ip");
     assert_eq!(ip["usage"]["keys"], 63);
     assert_eq!(ip["refused_by_limit"]["keys"], 53, "{ip}");
     let p50 = ip["usage"]["p50"].as_u64().unwrap();
@@ -252,14 +256,7 @@ async fn the_office_and_the_bot_in_numbers() {
             .await;
         }
     }
-    let list = usage(&s, "domain=auth");
-    let ip = list["rules"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["rule"] == "ip")
-        .unwrap()
-        .clone();
+    let ip = listed(&s, "ip");
     let u = &ip["usage"];
     assert_eq!(
         (u["keys"].as_u64(), u["p50"].as_u64(), u["p99"].as_u64()),

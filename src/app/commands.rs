@@ -134,30 +134,68 @@ pub fn counters(args: &CountersArgs) -> Result<ExitCode, AppError> {
         .map(|t| client::body(&t.domain, &t.descriptors))
         .transpose()
         .map_err(AppError::msg)?;
-    let answer = client::call(
-        &args.admin,
+    let table = |doc: &serde_json::Value| match args.action {
+        CountersAction::Top => client::top_table(doc),
+        _ => client::table(doc),
+    };
+    let call = AdminCall {
+        name: "counters",
+        admin: &args.admin,
         method,
         path,
-        token.as_deref(),
-        body.as_ref(),
-        args.timeout,
-    )
-    .map_err(AppError::msg)?;
-    if answer.status != 200 {
-        eprintln!("sluice counters: {} {}", answer.status, answer.body.trim());
-        return Ok(ExitCode::FAILURE);
-    }
-    let doc: serde_json::Value =
-        serde_json::from_str(&answer.body).context("the answer is not JSON")?;
-    let text = if args.json {
-        format!("{doc:#}\n")
-    } else if matches!(args.action, CountersAction::Top) {
-        client::top_table(&doc)
-    } else {
-        client::table(&doc)
+        token: token.as_deref(),
+        timeout: args.timeout,
     };
-    let _ = std::io::stdout().write_all(text.as_bytes());
-    Ok(ExitCode::SUCCESS)
+    call.print(body.as_ref(), args.json, table)
+}
+
+/// One call to a running sluice's admin port, its JSON answer printed as
+/// `table` makes it (or as it came, `json`): exit 0 on 200, 1 with
+/// sluice's words on stderr otherwise.
+struct AdminCall<'a> {
+    name: &'a str,
+    admin: &'a str,
+    method: &'a str,
+    path: &'a str,
+    token: Option<&'a str>,
+    timeout: std::time::Duration,
+}
+
+impl AdminCall<'_> {
+    fn print(
+        &self,
+        body: Option<&serde_json::Value>,
+        json: bool,
+        table: impl Fn(&serde_json::Value) -> String,
+    ) -> Result<ExitCode, AppError> {
+        let answer = client::call(
+            self.admin,
+            self.method,
+            self.path,
+            self.token,
+            body,
+            self.timeout,
+        )
+        .map_err(AppError::msg)?;
+        if answer.status != 200 {
+            eprintln!(
+                "sluice {}: {} {}",
+                self.name,
+                answer.status,
+                answer.body.trim()
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+        let doc: serde_json::Value =
+            serde_json::from_str(&answer.body).context("the answer is not JSON")?;
+        let text = if json {
+            format!("{doc:#}\n")
+        } else {
+            table(&doc)
+        };
+        let _ = std::io::stdout().write_all(text.as_bytes());
+        Ok(ExitCode::SUCCESS)
+    }
 }
 
 /// `sluice advise`: the usage of every rule as a table.
@@ -166,19 +204,13 @@ pub fn advise(args: &AdviseArgs) -> Result<ExitCode, AppError> {
         Some(d) => format!("/api/usage?domain={d}"),
         None => "/api/usage".to_owned(),
     };
-    let answer =
-        client::call(&args.admin, "GET", &path, None, None, args.timeout).map_err(AppError::msg)?;
-    if answer.status != 200 {
-        eprintln!("sluice advise: {} {}", answer.status, answer.body.trim());
-        return Ok(ExitCode::FAILURE);
-    }
-    let doc: serde_json::Value =
-        serde_json::from_str(&answer.body).context("the answer is not JSON")?;
-    let text = if args.json {
-        format!("{doc:#}\n")
-    } else {
-        crate::usage::advice_table(&doc)
+    let call = AdminCall {
+        name: "advise",
+        admin: &args.admin,
+        method: "GET",
+        path: &path,
+        token: None,
+        timeout: args.timeout,
     };
-    let _ = std::io::stdout().write_all(text.as_bytes());
-    Ok(ExitCode::SUCCESS)
+    call.print(None, args.json, crate::usage::advice_table)
 }
