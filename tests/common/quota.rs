@@ -45,6 +45,15 @@ pub struct QuotaEnvoy {
 impl QuotaEnvoy {
     /// Starts Envoy against `sluice`, and returns once it routes requests.
     pub fn start(sluice: &Sluice, upstream: &Upstream) -> QuotaEnvoy {
+        QuotaEnvoy::start_with(sluice, upstream, str::to_owned)
+    }
+
+    /// As [`QuotaEnvoy::start`], the rendered config passed through `edit`.
+    pub fn start_with(
+        sluice: &Sluice,
+        upstream: &Upstream,
+        edit: impl Fn(&str) -> String,
+    ) -> QuotaEnvoy {
         let dir = tempfile::tempdir().expect("tempdir");
         let (port, admin) = (free_port(), free_port());
         let config = dir.path().join("rlqs.yaml");
@@ -70,7 +79,7 @@ impl QuotaEnvoy {
             .map(|p| format!("\n              - {{key: {p}, client: {p}}}"))
             .collect();
         let text = text.replacen("credentials:", &format!("credentials:{partners}"), 1);
-        std::fs::write(&config, text).expect("config");
+        std::fs::write(&config, edit(&text)).expect("config");
         let child = spawn_envoy(&config, &dir.path().join("envoy.log"));
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
