@@ -241,6 +241,16 @@ function usageChart(doc, limit) {
   line.setAttribute("y1", "5"); line.setAttribute("y2", "115");
   line.setAttribute("class", "limit");
   svg.append(line);
+  const label = (text, at, anchor, cls) => {
+    const t = document.createElementNS(ns, "text");
+    t.setAttribute("x", at.toFixed(1)); t.setAttribute("y", "10");
+    t.setAttribute("text-anchor", anchor); t.setAttribute("class", cls);
+    t.textContent = text;
+    svg.append(t);
+  };
+  label("1 hit", 10, "start", "axis");
+  label(`${maxLevel} hits`, 590, "end", "axis");
+  label(`limit ${limit}`, x(limit + 0.5) + 4, "start", "limit");
   return svg;
 }
 
