@@ -178,39 +178,51 @@ fn walk<'a>(
             }
             (None, _) => {}
         },
-        Shape::Runtime => {
-            let by_key = level.keys.get(*key);
-            for (value, node) in by_key.into_iter().flat_map(|k| k.values.iter()) {
-                step(node, false, format!("{key}={value}"), out);
-            }
-            for (pattern, node) in &level.wildcards {
-                if pattern.text().starts_with(&format!("{key}_")) {
-                    step(
-                        node,
-                        false,
-                        format!("{key} wildcard {}", pattern.text()),
-                        out,
-                    );
-                }
-            }
-            let some_values = by_key.is_some_and(|k| !k.values.is_empty())
-                || level
-                    .wildcards
-                    .iter()
-                    .any(|(p, _)| p.text().starts_with(&format!("{key}_")));
-            match by_key.and_then(|k| k.default.as_ref()) {
-                Some(node) => step(node, general, via, out),
-                None if general && !some_values => {
-                    out.why_none = Some(format!("entry {} ({key}) matches no rule", i + 1));
-                }
-                None if general => {
-                    out.why_none = Some(format!(
-                        "entry {} ({key}) has rules for some values only, none for any value",
-                        i + 1
-                    ));
-                }
-                None => {}
-            }
+        Shape::Runtime => runtime(level, key, i, general, via, out, &step),
+    }
+}
+
+/// A value read at request time at `level`: every value with a rule of its
+/// own (and every wildcard of the key) is a specific case; the key's
+/// default is the general one.
+fn runtime<'a>(
+    level: &'a Level,
+    key: &str,
+    i: usize,
+    general: bool,
+    via: String,
+    out: &mut Reach<'a>,
+    step: &dyn Fn(&'a Node, bool, String, &mut Reach<'a>),
+) {
+    let by_key = level.keys.get(key);
+    for (value, node) in by_key.into_iter().flat_map(|k| k.values.iter()) {
+        step(node, false, format!("{key}={value}"), out);
+    }
+    let prefix = format!("{key}_");
+    let mut wildcards = false;
+    for (pattern, node) in &level.wildcards {
+        if pattern.text().starts_with(&prefix) {
+            wildcards = true;
+            step(
+                node,
+                false,
+                format!("{key} wildcard {}", pattern.text()),
+                out,
+            );
         }
+    }
+    let some_values = wildcards || by_key.is_some_and(|k| !k.values.is_empty());
+    match by_key.and_then(|k| k.default.as_ref()) {
+        Some(node) => step(node, general, via, out),
+        None if general && !some_values => {
+            out.why_none = Some(format!("entry {} ({key}) matches no rule", i + 1));
+        }
+        None if general => {
+            out.why_none = Some(format!(
+                "entry {} ({key}) has rules for some values only, none for any value",
+                i + 1
+            ));
+        }
+        None => {}
     }
 }

@@ -163,61 +163,38 @@ fn action(a: &Value, cluster: Option<&str>) -> Result<Entry, String> {
         return Err("an empty action".into());
     };
     let key = |default: &str| s(v, "descriptor_key").unwrap_or(default).to_owned();
-    let e = |key: String, value: Source, absent: Absent| Entry { key, value, absent };
+    let runtime = |key: &str, from: &str| Entry {
+        key: key.to_owned(),
+        value: Source::Runtime(from.to_owned()),
+        absent: Absent::Never,
+    };
     Ok(match kind.as_str() {
-        "generic_key" => e(
-            key("generic_key"),
-            Source::Fixed(s(v, "descriptor_value").unwrap_or_default().to_owned()),
-            Absent::Never,
+        "generic_key" => Entry {
+            key: key("generic_key"),
+            value: Source::Fixed(s(v, "descriptor_value").unwrap_or_default().to_owned()),
+            absent: Absent::Never,
+        },
+        "request_headers" | "query_parameters" | "metadata" | "dynamic_metadata" => input(kind, v),
+        "remote_address" => runtime(
+            "remote_address",
+            "the client address (x-forwarded-for, trusted hops)",
         ),
-        "request_headers" => {
-            let h = s(v, "header_name").unwrap_or_default().to_ascii_lowercase();
-            let what = format!("header {h} absent");
-            e(
-                key(""),
-                Source::Runtime(format!("request header {h}")),
-                absent(v, what),
-            )
-        }
-        "query_parameters" => {
-            let q = s(v, "query_parameter_name").unwrap_or_default();
-            let what = format!("query parameter {q} absent");
-            e(
-                key(""),
-                Source::Runtime(format!("query parameter {q}")),
-                absent(v, what),
-            )
-        }
-        "remote_address" => e(
-            "remote_address".into(),
-            Source::Runtime("the client address (x-forwarded-for, trusted hops)".into()),
-            Absent::Never,
-        ),
-        "masked_remote_address" => e(
-            "masked_remote_address".into(),
-            Source::Runtime("the client address, masked".into()),
-            Absent::Never,
-        ),
-        "source_cluster" => e(
-            "source_cluster".into(),
-            Source::Runtime("this Envoy's --service-cluster".into()),
-            Absent::Never,
-        ),
-        "destination_cluster" => e(
-            "destination_cluster".into(),
-            cluster.map_or_else(
-                || Source::Runtime("the route's cluster".into()),
-                |c| Source::Fixed(c.to_owned()),
-            ),
-            Absent::Never,
-        ),
+        "masked_remote_address" => runtime("masked_remote_address", "the client address, masked"),
+        "source_cluster" => runtime("source_cluster", "this Envoy's --service-cluster"),
+        "destination_cluster" => match cluster {
+            Some(c) => Entry {
+                key: "destination_cluster".into(),
+                value: Source::Fixed(c.to_owned()),
+                absent: Absent::Never,
+            },
+            None => runtime("destination_cluster", "the route's cluster"),
+        },
         "header_value_match" | "query_parameter_value_match" => {
             let default = if kind == "header_value_match" {
                 "header_match"
             } else {
                 "query_match"
             };
-            let value = s(v, "descriptor_value").unwrap_or_default().to_owned();
             let expect = v
                 .get("expect_match")
                 .and_then(Value::as_bool)
@@ -227,26 +204,45 @@ fn action(a: &Value, cluster: Option<&str>) -> Result<Entry, String> {
             } else {
                 "the match succeeds"
             };
-            e(
-                key(default),
-                Source::Fixed(value),
-                Absent::Dropped(what.into()),
-            )
+            Entry {
+                key: key(default),
+                value: Source::Fixed(s(v, "descriptor_value").unwrap_or_default().to_owned()),
+                absent: Absent::Dropped(what.into()),
+            }
         }
-        "metadata" | "dynamic_metadata" => {
+        other => return Err(format!("action {other}")),
+    })
+}
+
+/// An action whose value is read from the request (a header, a query
+/// parameter, metadata), and what its absence does.
+fn input(kind: &str, v: &Value) -> Entry {
+    let (from, default) = match kind {
+        "request_headers" => {
+            let h = s(v, "header_name").unwrap_or_default().to_ascii_lowercase();
+            (format!("request header {h}"), None)
+        }
+        "query_parameters" => {
+            let q = s(v, "query_parameter_name").unwrap_or_default();
+            (format!("query parameter {q}"), None)
+        }
+        _ => {
             let path = v
                 .pointer("/metadata_key/key")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
-            let what = format!("metadata {path} absent");
-            let absent = match s(v, "default_value") {
-                Some(_) => Absent::Never,
-                None => absent(v, what),
-            };
-            e(key(""), Source::Runtime(format!("metadata {path}")), absent)
+            (format!("metadata {path}"), s(v, "default_value"))
         }
-        other => return Err(format!("action {other}")),
-    })
+    };
+    let what = format!("{} absent", from.trim_start_matches("request "));
+    Entry {
+        key: s(v, "descriptor_key").unwrap_or_default().to_owned(),
+        value: Source::Runtime(from),
+        absent: match default {
+            Some(_) => Absent::Never,
+            None => absent(v, what),
+        },
+    }
 }
 
 #[cfg(test)]

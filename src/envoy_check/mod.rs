@@ -105,32 +105,7 @@ fn check_hcm(
     let file_name = file.display().to_string();
     let at = holes::At::new(&file_name, &hcm.listener);
     holes::quota(hcm, &at, &mut report.findings);
-    for (domain, buckets) in quota::buckets(hcm) {
-        let Some(dom) = rules.domain(&domain) else {
-            at.error_here(
-                &mut report.findings,
-                format!(
-                    "the quota filter's domain {domain:?} has no rules: every bucket is allowed"
-                ),
-            );
-            continue;
-        };
-        domains.push(domain.clone());
-        for b in &buckets {
-            let paths = quota::reach(dom, b);
-            if paths.is_empty() {
-                let keys: Vec<&str> = b.entries.iter().map(|(k, _, _)| k.as_str()).collect();
-                at.error_here(
-                    &mut report.findings,
-                    format!(
-                        "the quota bucket {{{}}} meets no rule: it is allowed everything",
-                        keys.join(", ")
-                    ),
-                );
-            }
-            reached.extend(paths.into_iter().map(|p| (domain.clone(), p)));
-        }
-    }
+    check_quota(rules, hcm, &at, report, reached, domains);
     let Some((index, filter)) = hcm
         .filters
         .iter()
@@ -139,27 +114,8 @@ fn check_hcm(
     else {
         return;
     };
-    let c = &filter.config;
-    let domain = c
-        .get("domain")
-        .and_then(|d| d.as_str())
-        .unwrap_or_default()
-        .to_owned();
-    let mut fr = FilterReport {
-        file: file_name.clone(),
-        listener: hcm.listener.clone(),
-        domain: domain.clone(),
-        failure_mode_deny: c
-            .get("failure_mode_deny")
-            .and_then(|v| v.as_bool())
-            .unwrap_or(false),
-        timeout: c.get("timeout").and_then(|v| v.as_str()).map(str::to_owned),
-        cluster: c
-            .pointer("/rate_limit_service/grpc_service/envoy_grpc/cluster_name")
-            .and_then(|v| v.as_str())
-            .map(str::to_owned),
-        meetings: Vec::new(),
-    };
+    let mut fr = FilterReport::new(&file_name, &hcm.listener, &filter.config);
+    let domain = fr.domain.clone();
     holes::filter(rules, &fr, filter.disabled, &at, &mut report.findings);
     if let Some(missing) = &hcm.missing_rds {
         at.warn(
@@ -181,6 +137,58 @@ fn check_hcm(
         fr.meetings.push(m);
     }
     report.filters.push(fr);
+}
+
+/// The quota filters' domains and buckets against the rules.
+fn check_quota(
+    rules: &Rules,
+    hcm: &Hcm,
+    at: &holes::At<'_>,
+    report: &mut Report,
+    reached: &mut Vec<(String, String)>,
+    domains: &mut Vec<String>,
+) {
+    for (domain, buckets) in quota::buckets(hcm) {
+        let Some(dom) = rules.domain(&domain) else {
+            let why = format!(
+                "the quota filter's domain {domain:?} has no rules: every bucket is allowed"
+            );
+            at.error_here(&mut report.findings, why);
+            continue;
+        };
+        domains.push(domain.clone());
+        for b in &buckets {
+            let paths = quota::reach(dom, b);
+            if paths.is_empty() {
+                let keys: Vec<&str> = b.entries.iter().map(|(k, _, _)| k.as_str()).collect();
+                let why = format!(
+                    "the quota bucket {{{}}} meets no rule: it is allowed everything",
+                    keys.join(", ")
+                );
+                at.error_here(&mut report.findings, why);
+            }
+            reached.extend(paths.into_iter().map(|p| (domain.clone(), p)));
+        }
+    }
+}
+
+impl FilterReport {
+    /// A ratelimit filter's settings, from its `config`.
+    fn new(file: &str, listener: &str, c: &serde_json::Value) -> FilterReport {
+        let text = |p: &str| c.pointer(p).and_then(|v| v.as_str()).map(str::to_owned);
+        FilterReport {
+            file: file.to_owned(),
+            listener: listener.to_owned(),
+            domain: text("/domain").unwrap_or_default(),
+            failure_mode_deny: c
+                .get("failure_mode_deny")
+                .and_then(|v| v.as_bool())
+                .unwrap_or(false),
+            timeout: text("/timeout"),
+            cluster: text("/rate_limit_service/grpc_service/envoy_grpc/cluster_name"),
+            meetings: Vec::new(),
+        }
+    }
 }
 
 /// The entries a descriptor sends when every input is present, as the
