@@ -38,10 +38,12 @@ pub(crate) fn crossing(
         }
         _ => return None,
     };
-    Some(if refund {
-        (after.saturating_add(hits), after, 0)
-    } else {
-        (after.saturating_sub(hits), after, hits)
+    Some(match (refund, algorithm) {
+        // A released slot is not usage given back: the peak stands (and a
+        // key that takes slots again crosses the levels again).
+        (true, Algorithm::Concurrency) => return None,
+        (true, _) => (after.saturating_add(hits), after, 0),
+        (false, _) => (after.saturating_sub(hits), after, hits),
     })
 }
 
