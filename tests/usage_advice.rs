@@ -82,13 +82,21 @@ fn fleet(instances: &[&Sluice], rule: &str, limit: u64) -> (u64, u64, u64) {
 async fn population(clients: &mut [Client], rule: &str) -> Vec<u64> {
     let mut totals: Vec<u64> = (1..=60).collect();
     totals.extend([300, 300, 300]);
-    let mut turn = 0;
-    for (key, n) in totals.iter().enumerate() {
-        for _ in 0..*n {
-            let c = &mut clients[turn % clients.len()];
-            turn += 1;
-            ask(c, "auth", &[(rule, &format!("10.0.0.{key}"))]).await;
-        }
+    // The keys at once, each key's requests in turn over the instances:
+    // which request crosses a level is the store's to say, not the order's.
+    let sends = totals.iter().enumerate().map(|(key, n)| {
+        let mut clients = clients.to_vec();
+        let (rule, n) = (rule.to_owned(), *n);
+        tokio::spawn(async move {
+            let count = clients.len();
+            for i in 0..n {
+                let c = &mut clients[(key + i as usize) % count];
+                ask(c, "auth", &[(rule.as_str(), &format!("10.0.0.{key}"))]).await;
+            }
+        })
+    });
+    for s in futures_util::future::join_all(sends).await {
+        s.expect("sender");
     }
     totals
 }
