@@ -122,7 +122,7 @@ impl Collector for RuleTable {
         let now = crate::limiter::Now::wall_us() / 1_000_000;
         let mut family = enc.encode_descriptor(
             "sluice_rule_key_usage",
-            "Per-key peak usage of the rule in its last complete period (a snapshot, not a running total: histogram_quantile on it directly); _sum is the hits.",
+            "Per-key peak usage of the rule: one observation per key and completed period (its window, or a minute for shorter ones); _sum is the hits.",
             None,
             prometheus_client::metrics::MetricType::Histogram,
         )?;

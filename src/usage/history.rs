@@ -52,6 +52,19 @@ pub struct Usage {
     slots: OnceLock<Box<[Slot]>>,
     /// The window of the last record, for readers that have no rule.
     window: AtomicU64,
+    /// Completed periods folded into running totals (the exposition's
+    /// histogram); only a scrape takes this lock.
+    pub(crate) totals: parking_lot::Mutex<Totals>,
+}
+
+/// Running totals of completed periods: keys per exported bucket (not
+/// cumulative), keys, hits, and the last period folded (index plus one).
+#[derive(Debug, Default)]
+pub(crate) struct Totals {
+    pub(crate) buckets: Vec<u64>,
+    pub(crate) keys: u64,
+    pub(crate) hits: u64,
+    pub(crate) folded: u64,
 }
 
 /// The period a window of `window_s` seconds is counted in.

@@ -56,27 +56,48 @@ const EXPORTED: [u64; 16] = [
 /// cumulative, the count and the sum.
 pub(crate) type Exported = (Vec<(f64, u64)>, u64, u64);
 
-/// A limit's last complete period as a histogram of per-key peaks (keys
-/// per bucket), the keys, the hits.
+/// A limit's completed periods as a running histogram of per-key peaks:
+/// each (key, period) is one observation of its peak, so the counts only
+/// grow (periods are folded in as a scrape finds them complete, while the
+/// last hour is kept). Keys per bucket (not cumulative), keys, hits.
 pub(crate) fn histogram(usage: &Usage, now: u64) -> Option<Exported> {
     let window = usage.window();
-    let periods = usage.periods(window, now, 2);
     let current = now / history::period_of(window);
-    let last = periods
-        .iter()
-        .rev()
-        .find(|p| p.start / p.seconds < current)?;
-    let keys = u64::from(last.keys.first().copied().unwrap_or(0));
-    let mut below = 0;
-    let mut out = Vec::with_capacity(EXPORTED.len() + 1);
-    for le in EXPORTED {
-        let at_most = keys.saturating_sub(query::at_least(&last.keys, le + 1));
-        #[allow(clippy::cast_precision_loss, reason = "bucket bounds are small")]
-        out.push((le as f64, at_most.saturating_sub(below)));
-        below = at_most;
+    let mut totals = usage.totals.lock();
+    if totals.buckets.is_empty() {
+        totals.buckets = vec![0; EXPORTED.len() + 1];
     }
-    out.push((f64::INFINITY, keys.saturating_sub(below)));
-    Some((out, keys, last.hits))
+    for p in usage.periods(window, now, history::SLOTS as u64) {
+        let index = p.start / p.seconds;
+        if index >= current || index < totals.folded {
+            continue;
+        }
+        let keys = u64::from(p.keys.first().copied().unwrap_or(0));
+        let mut below = 0;
+        for (i, le) in EXPORTED.iter().enumerate() {
+            let at_most = keys.saturating_sub(query::at_least(&p.keys, le + 1));
+            if let Some(b) = totals.buckets.get_mut(i) {
+                *b += at_most.saturating_sub(below);
+            }
+            below = at_most;
+        }
+        if let Some(inf) = totals.buckets.last_mut() {
+            *inf += keys.saturating_sub(below);
+        }
+        totals.keys += keys;
+        totals.hits += p.hits;
+        totals.folded = index + 1;
+    }
+    if totals.folded == 0 {
+        return None;
+    }
+    #[allow(clippy::cast_precision_loss, reason = "bucket bounds are small")]
+    let bounds = EXPORTED.iter().map(|le| *le as f64).chain([f64::INFINITY]);
+    Some((
+        bounds.zip(totals.buckets.iter().copied()).collect(),
+        totals.keys,
+        totals.hits,
+    ))
 }
 
 #[cfg(test)]
