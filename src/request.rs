@@ -221,9 +221,15 @@ impl Request {
     /// Replaces every email value with its normalised hash, before anything
     /// else (matching, keys, metrics, logs) sees it.
     pub fn protect(&mut self, privacy: &Privacy) {
+        self.protect_unless(privacy, |_| false);
+    }
+
+    /// As [`Request::protect`], leaving alone the email values `keep` says
+    /// are already digests (an operator's lookup of a key read off the top).
+    pub(crate) fn protect_unless(&mut self, privacy: &Privacy, keep: impl Fn(&str) -> bool) {
         for d in &mut self.descriptors {
             for (k, v) in &mut d.entries {
-                if privacy.is_email_key(k) {
+                if privacy.is_email_key(k) && !keep(v) {
                     *v = privacy.protect(v);
                 }
             }

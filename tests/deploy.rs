@@ -217,11 +217,7 @@ fn kubernetes_manifests_agree_and_their_rules_load() {
         );
         std::fs::write(dir.path().join(name), text).unwrap();
     }
-    let out = Command::new(sluice_bin())
-        .arg("check")
-        .arg(dir.path())
-        .output()
-        .unwrap();
+    let out = sluice_check(dir.path());
     assert!(
         out.status.success(),
         "{}",

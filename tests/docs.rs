@@ -5,10 +5,8 @@
 
 mod common;
 
+use common::{config_dir, sluice_check, workspace};
 use std::collections::BTreeSet;
-use std::process::Command;
-
-use common::{config_dir, sluice_bin, workspace};
 
 /// GitHub's anchor for a heading: lowercase, punctuation dropped except
 /// `-` and `_`, spaces as `-`.
@@ -72,11 +70,7 @@ fn every_rule_file_the_readme_shows_passes_sluice_check() {
     assert!(!blocks.is_empty(), "the README shows no rule file");
     for block in blocks {
         let dir = config_dir(&[("shown.yaml", block)]);
-        let out = Command::new(sluice_bin())
-            .arg("check")
-            .arg(dir.path())
-            .output()
-            .unwrap();
+        let out = sluice_check(dir.path());
         assert!(
             out.status.success(),
             "a rule file the README shows fails sluice check:\n{block}\n{}",

@@ -59,14 +59,9 @@ impl RateLimiter {
     /// the top can be looked up.
     pub(crate) fn counters_request(&self, req: RateLimitRequest) -> Result<Request, ServiceError> {
         let mut req = Request::parse(req, &self.settings.limits)?;
-        for d in &mut req.descriptors {
-            for (k, v) in &mut d.entries {
-                let digest = v.len() == 32 && v.bytes().all(|b| b.is_ascii_hexdigit());
-                if self.settings.privacy.is_email_key(k) && !digest {
-                    *v = self.settings.privacy.protect(v);
-                }
-            }
-        }
+        req.protect_unless(&self.settings.privacy, |v| {
+            v.len() == 32 && v.bytes().all(|b| b.is_ascii_hexdigit())
+        });
         Ok(req)
     }
 

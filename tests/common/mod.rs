@@ -370,6 +370,15 @@ pub fn retry_after(r: &RateLimitResponse) -> Option<u64> {
         .map(|h| h.value.parse().expect("number"))
 }
 
+/// `sluice check DIR`'s outcome.
+pub fn sluice_check(dir: &Path) -> std::process::Output {
+    Command::new(sluice_bin())
+        .arg("check")
+        .arg(dir)
+        .output()
+        .expect("sluice check")
+}
+
 /// Polls `f` until it returns true or `within` passes.
 pub fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + within;
