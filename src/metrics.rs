@@ -245,6 +245,17 @@ impl Metrics {
         self.store.circuit_open.store(u64::from(open), Relaxed);
     }
 
+    /// Counts descriptors answered from leased allowance, and chunks taken.
+    pub fn allowance(&self, answered: u64, leases: u64) {
+        self.store.allowance_answers.fetch_add(answered, Relaxed);
+        self.store.allowance_leases.fetch_add(leases, Relaxed);
+    }
+
+    /// Counts leased hits never spent (given up when their lease lapsed).
+    pub fn allowance_stranded(&self, hits: u64) {
+        self.store.allowance_stranded.fetch_add(hits, Relaxed);
+    }
+
     /// Counts descriptors answered from the local over-limit cache.
     pub fn local_cache_hits(&self, n: u64) {
         self.store.local_cache_hits.fetch_add(n, Relaxed);

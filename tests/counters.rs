@@ -169,10 +169,12 @@ async fn every_shape(s: &Sluice, store: &str, concurrency: bool) {
     let both = l(3);
     assert_eq!(both.as_array().unwrap().len(), 2, "every limit of the list");
     assert_eq!(both[0]["rule"], "both:short");
-    assert_eq!(
-        (both[0]["count"].clone(), both[1]["count"].clone()),
-        (json!(4), json!(4))
-    );
+    assert_eq!(both[0]["count"], 4);
+    // The daily limit, far from reached, is served from allowance leased
+    // from a shared store: its count holds what this instance leased and
+    // has not spent yet, at most an eighth of what was left.
+    let daily = both[1]["count"].as_u64().unwrap();
+    assert!((4..=4 + 100 / 8).contains(&daily), "{store}: {daily}");
     assert_eq!(both[1]["over_limit"], false);
     if concurrency {
         assert_eq!(l(4)[0]["count"], 2, "{store}: slots held: {first}");

@@ -82,6 +82,20 @@ pub struct StoreArgs {
     /// is down); when full, the least spent are dropped first.
     #[arg(long, env = "SLUICE_MAX_COUNTERS", default_value_t = DEFAULT_MAX_COUNTERS)]
     pub(crate) max_counters: usize,
+    /// Answer hot fixed-window counters far from their limit from chunks of
+    /// the limit leased from the shared store, never over the limit; false
+    /// asks the store for every request (a rule opts out with
+    /// `leased_allowance: false`).
+    #[arg(long, env = "SLUICE_LEASED_ALLOWANCE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub(crate) leased_allowance: bool,
+    /// Counters that may hold leased allowance at once; when full, one
+    /// lease is dropped (its unspent chunk is never admitted).
+    #[arg(long, env = "SLUICE_ALLOWANCE_KEYS", default_value_t = 100_000)]
+    pub(crate) allowance_keys: usize,
+    /// The largest chunk of a limit leased at once (also at most an eighth
+    /// of what is left of the limit).
+    #[arg(long, env = "SLUICE_ALLOWANCE_MAX_CHUNK", default_value_t = 4096)]
+    pub(crate) allowance_max_chunk: u64,
 }
 
 impl StoreArgs {
@@ -91,6 +105,12 @@ impl StoreArgs {
             timeout: self.redis_timeout,
             cache_size: self.local_cache_size,
             max_counters: self.max_counters,
+            allowance_keys: if self.leased_allowance {
+                self.allowance_keys
+            } else {
+                0
+            },
+            allowance_max_chunk: self.allowance_max_chunk,
         }
     }
 }

@@ -35,6 +35,8 @@ pub struct Rule {
     pub on_failure: Option<FailurePolicy>,
     /// `refundable`: its counters may be given back, so never cached.
     pub refundable: bool,
+    /// `leased_allowance`: hot counters may be answered from leased allowance.
+    pub leased_allowance: bool,
     /// The other limits of a `rate_limits` list, counted with this one.
     pub also: Box<[Arc<Rule>]>,
 }
@@ -337,6 +339,7 @@ impl Compiler<'_> {
             stats: self.counters.counters(&self.domain, stats_path),
             on_failure: rl.on_failure,
             refundable: rl.refundable,
+            leased_allowance: rl.leased_allowance,
             also,
         });
         self.rules.push(rule.clone());

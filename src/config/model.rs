@@ -85,6 +85,9 @@ pub struct RateLimitDef {
     /// (`is_negative_hits`), so no instance answers them from its local
     /// over-limit cache.
     pub refundable: bool,
+    /// `leased_allowance: false`: every request on the rule's counters
+    /// asks the store, never a lease (on by default).
+    pub leased_allowance: bool,
 }
 
 struct Parser<'a> {

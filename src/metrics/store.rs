@@ -27,6 +27,9 @@ pub(super) struct StoreMetrics {
     policy_decisions: [AtomicU64; POLICIES.len()],
     pub(super) circuit_open: AtomicU64,
     pub(super) local_cache_hits: AtomicU64,
+    pub(super) allowance_answers: AtomicU64,
+    pub(super) allowance_leases: AtomicU64,
+    pub(super) allowance_stranded: AtomicU64,
 }
 
 impl StoreMetrics {
@@ -88,6 +91,24 @@ impl Collector for StoreMetrics {
             "sluice_store_local_cache_hits",
             "Descriptors answered over-limit from the local cache.",
             self.local_cache_hits.load(Relaxed),
+        )?;
+        encode::counter(
+            &mut enc,
+            "sluice_store_allowance_answers",
+            "Descriptors answered from allowance leased from the shared store, without a store call.",
+            self.allowance_answers.load(Relaxed),
+        )?;
+        encode::counter(
+            &mut enc,
+            "sluice_store_allowance_leases",
+            "Chunks of a limit leased from the shared store (one store call each).",
+            self.allowance_leases.load(Relaxed),
+        )?;
+        encode::counter(
+            &mut enc,
+            "sluice_store_allowance_stranded",
+            "Leased hits never spent: the lease lapsed (its window ended, half a second passed, it was replaced or dropped), so no instance admits them.",
+            self.allowance_stranded.load(Relaxed),
         )?;
         encode::counter(
             &mut enc,

@@ -83,6 +83,7 @@ impl RateLimiter {
                 Resolved::Counted(c) => Some(Increment {
                     // Past the cache: the store's own count.
                     cacheable: false,
+                    leasable: false,
                     ..c.increment(0, false, at_us, &self.settings.knobs)
                 }),
                 _ => None,

@@ -90,6 +90,7 @@ impl Counting<'_> {
             // shadow-mode rule refuses no one, so the cache would save
             // nothing but the count its usage is read from.
             cacheable: !refundable && !self.rule.is_some_and(|r| r.shadow_mode),
+            leasable: self.rule.is_none_or(|r| r.leased_allowance),
             limit: self.requests_per_unit,
             window: Window::containing(self.period, Now(at_us / 1_000_000)),
             algorithm: self.algorithm,

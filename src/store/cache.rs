@@ -149,6 +149,7 @@ mod tests {
             at_us,
             refund: false,
             cacheable: true,
+            leasable: false,
             slot: None,
             limit,
             window: Window::containing(Unit::Minute, Now(now)),

@@ -1,6 +1,7 @@
 //! Counter stores behind one small trait: each increments a batch of fixed-window
 //! counters and returns the counts after the increment, atomically per counter.
 
+mod allowance;
 mod batch;
 mod breaker;
 mod cache;
@@ -48,6 +49,10 @@ pub struct Increment {
     /// rule whose counters can be given back (`refundable`, or one that has
     /// taken a refund), so no instance refuses from a stale memory.
     pub cacheable: bool,
+    /// This instance may answer the counter from allowance leased from the
+    /// store ([`allowance`]): false for a rule that opts out
+    /// (`leased_allowance: false`).
+    pub leasable: bool,
     /// `algorithm: concurrency`: the slot this request holds (or releases),
     /// the value of the descriptor's last entry; the counter is the rest.
     pub slot: Option<Box<str>>,

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 mod blame;
+mod count;
 mod primary;
 mod recovery;
 mod reset;
@@ -22,6 +23,7 @@ pub use primary::Primary;
 
 use blame::{Blame, Silence};
 
+use super::allowance::Allowance;
 use super::breaker::{Breaker, PROBE_MAX, Verdict};
 use super::demand::{DemandUpdate, Fleet};
 use super::lag::Lag;
@@ -55,6 +57,8 @@ pub struct Resilient {
     primary: Box<dyn Primary>,
     fallback: MemoryStore,
     cache: OverLimitCache,
+    /// Leased allowance of hot counters far from their limit.
+    allowance: Allowance,
     policy: FailurePolicy,
     timeout: Duration,
     /// The breaker's state, read by every request without a lock.
@@ -86,6 +90,11 @@ pub struct ResilientOptions {
     pub cache_size: usize,
     /// Counters the memory fallback may hold (`--max-counters`).
     pub max_counters: usize,
+    /// Counters that may hold leased allowance (`--allowance-keys`; 0:
+    /// leasing off, as `--leased-allowance false`).
+    pub allowance_keys: usize,
+    /// The largest chunk leased at once (`--allowance-max-chunk`).
+    pub allowance_max_chunk: u64,
 }
 
 impl Resilient {
@@ -97,6 +106,7 @@ impl Resilient {
             primary: Box::new(primary),
             fallback: MemoryStore::with_capacity(opts.max_counters),
             cache: OverLimitCache::new(opts.cache_size),
+            allowance: Allowance::new(opts.allowance_keys, opts.allowance_max_chunk),
             policy: opts.policy,
             timeout: opts.timeout,
             open: AtomicBool::new(true),
@@ -112,57 +122,6 @@ impl Resilient {
             lag: Arc::new(Lag::new()),
             silence: Silence::new(),
         }
-    }
-
-    async fn count(
-        &self,
-        batch: &[Increment],
-        deadline: Option<Instant>,
-    ) -> Result<Vec<Tally>, StoreError> {
-        let cached: Vec<Option<Tally>> = batch.iter().map(|inc| self.cache.over(inc)).collect();
-        let ask: Vec<&Increment> = batch
-            .iter()
-            .zip(&cached)
-            .filter(|(_, c)| c.is_none())
-            .map(|(inc, _)| inc)
-            .collect();
-        let hits = batch.len() - ask.len();
-        if hits > 0 {
-            self.metrics.local_cache_hits(hits as u64);
-        }
-        let got = if ask.is_empty() {
-            Vec::new()
-        } else {
-            match self.ask_primary(&ask, deadline).await {
-                Ok(got) => {
-                    for (inc, c) in ask.iter().zip(&got) {
-                        if inc.refund {
-                            // This instance never refuses from what it
-                            // remembered before the counter went down.
-                            self.cache.forget(&inc.key);
-                        } else {
-                            self.cache.record(inc, c);
-                        }
-                    }
-                    got
-                }
-                Err(Undecided::Store) => self.by_policy(&ask),
-                Err(Undecided::Busy) => super::shed(
-                    ask.iter().copied(),
-                    "no store answer in time while the store was answering others",
-                )?,
-            }
-        };
-        // Answers fill the gaps the cache left, in order; both have exactly
-        // one count per increment asked, so nothing is ever filled with 0.
-        let mut got = got.into_iter();
-        Ok(cached
-            .into_iter()
-            .map(|c| {
-                c.or_else(|| got.next())
-                    .unwrap_or(Tally::Decided(Decision::Refuse))
-            })
-            .collect())
     }
 
     async fn ask_primary(
@@ -340,6 +299,10 @@ impl Store for Resilient {
     fn sweep(&self, now: Now) {
         self.fallback.sweep(now);
         self.cache.sweep(now);
+        let stranded = self.allowance.sweep(now);
+        if stranded > 0 {
+            self.metrics.allowance_stranded(stranded);
+        }
     }
 
     fn counters(&self) -> CounterStats {

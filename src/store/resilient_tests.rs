@@ -99,6 +99,7 @@ fn inc(v: &str) -> Increment {
         at_us: 3600 * 1_000_000,
         refund: false,
         cacheable: true,
+        leasable: false,
         slot: None,
         limit: 2,
         window: Window::containing(Unit::Hour, Now(3600)),
@@ -115,6 +116,8 @@ fn net(fake: &Arc<Fake>, policy: FailurePolicy) -> Arc<Resilient> {
             timeout: Duration::from_millis(20),
             cache_size: 0,
             max_counters: 1000,
+            allowance_keys: 1000,
+            allowance_max_chunk: 4096,
         },
         Arc::new(Metrics::default()),
     ))

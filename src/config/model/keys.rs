@@ -2,7 +2,7 @@
 
 /// The reference's flat allow-list of keys: any other key, at any depth outside
 /// `metadata`, is an error.
-pub const VALID_KEYS: [&str; 24] = [
+pub const VALID_KEYS: [&str; 25] = [
     "domain",
     "key",
     "value",
@@ -28,4 +28,5 @@ pub const VALID_KEYS: [&str; 24] = [
     "refundable",
     "max_in_flight",
     "lease",
+    "leased_allowance",
 ];

@@ -26,6 +26,8 @@ struct Fields<'n> {
     burst: Option<(u32, &'n Node)>,
     on_failure: Option<FailurePolicy>,
     refundable: bool,
+    /// `leased_allowance:` as written (unset: on).
+    leased_allowance: Option<bool>,
     /// `algorithm: concurrency`'s bound and lease.
     max_in_flight: Option<(u32, &'n Node)>,
     lease: Option<(Period, &'n Node)>,
@@ -82,6 +84,7 @@ impl Parser<'_> {
             replaces: f.replaces.into_iter().map(|(r, _)| r).collect(),
             on_failure: f.on_failure,
             refundable: f.refundable,
+            leased_allowance: f.leased_allowance.unwrap_or(true),
         })
     }
 
@@ -105,6 +108,7 @@ impl Parser<'_> {
                 "burst" => f.burst = Some((self.uint32(v, &field), v)),
                 "on_store_failure" => f.on_failure = self.failure_policy(v, &field),
                 "refundable" => f.refundable = self.boolean(v, &field),
+                "leased_allowance" => f.leased_allowance = Some(self.boolean(v, &field)),
                 "max_in_flight" => f.max_in_flight = Some((self.uint32(v, &field), v)),
                 "lease" => {
                     f.lease_given = true;

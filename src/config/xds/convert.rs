@@ -120,5 +120,6 @@ fn policy(p: &RateLimitPolicy, err: &mut impl FnMut(&str, String)) -> Option<Rat
         replaces: p.replaces.iter().map(|r| r.name.clone()).collect(),
         on_failure: None,
         refundable: false,
+        leased_allowance: true,
     })
 }

@@ -16,6 +16,7 @@ impl Resilient {
     pub(super) async fn reset_counters(&self, batch: &[Increment]) -> Result<(), StoreError> {
         for inc in batch {
             self.cache.forget(&inc.key);
+            self.allowance.forget(&inc.key);
         }
         self.fallback.reset(batch);
         if self.open.load(Relaxed) {

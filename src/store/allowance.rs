@@ -1,0 +1,309 @@
+//! Leased allowance: a hot fixed-window counter far from its limit is
+//! answered in memory from a chunk of the limit taken from the shared store
+//! in one atomic step, instead of one store call per request.
+//!
+//! A take is an ordinary increment by the chunk: the store's count then
+//! includes the whole chunk, so the positions it covers (count before + 1
+//! up to count after) belong to this instance alone, and every instance
+//! admits only positions at or under the limit. Admitted requests per window
+//! therefore never exceed the limit, across any number of instances. What
+//! a lease does not spend is never admitted by anyone (under-admission):
+//!
+//! - a chunk is at most an eighth of the headroom the store last reported
+//!   (the limit less the count), and at most `--allowance-max-chunk`, so
+//!   near the limit there is nothing to lease and every request asks the
+//!   store, as without leases;
+//! - an instance holds at most one lease per counter;
+//! - a lease is trusted for half a second ([`TRUST_US`], as a remembered
+//!   refusal is); then one request asks the store plainly, and its count
+//!   renews the lease (nothing took its positions back) or voids it (the
+//!   count fell below them: a reset through another instance), so a reset
+//!   is seen within that;
+//! - a chunk grows only by doubling after one was spent while trusted, and
+//!   is what was spent otherwise, so a slow key takes no chunk at all.
+//!
+//! Each request is answered with its own position as the count, the count
+//! it would have got had every leased position before it been spent: so a
+//! refusal, `limit_remaining` and the usage levels are those of a count
+//! short of the store's by at most the chunks other instances hold.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use parking_lot::Mutex;
+
+use super::{CounterKey, Increment};
+use crate::limiter::{Algorithm, Now, Tally, WindowStart};
+
+const SHARDS: usize = 16;
+
+/// How long a lease is trusted, in µs: the bound on how long another
+/// instance's reset can go unseen here.
+const TRUST_US: u64 = 500_000;
+
+/// A chunk is at most this fraction of the headroom (1/8).
+const HEADROOM_SHARE: u64 = 8;
+
+/// What to do with one increment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Plan {
+    /// Answered from this instance's lease.
+    Served(Tally),
+    /// Ask the store for `chunk` hits instead of the request's own.
+    Take { chunk: u64 },
+    /// Ask the store as without leases.
+    Plain,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Lease {
+    start: WindowStart,
+    end_s: u64,
+    /// The next position to give, and the last one this instance may.
+    next: u64,
+    last: u64,
+    /// When the lease (or the plain answer) was had, in µs.
+    at_us: u64,
+    /// The last chunk taken and the hits served from it.
+    chunk: u64,
+    spent: u64,
+    /// The count the store last reported.
+    seen: u64,
+    /// A take in flight since this µs (0: none): the others ask plainly.
+    taking_us: u64,
+}
+
+/// Leases of one instance, bounded in counters.
+#[derive(Debug)]
+pub(crate) struct Allowance {
+    shards: Box<[Mutex<HashMap<CounterKey, Lease>>]>,
+    per_shard: usize,
+    max_chunk: u64,
+    hasher: RandomState,
+    /// Leased positions never spent since last read (under-admission).
+    stranded: AtomicU64,
+}
+
+impl Allowance {
+    /// At most `capacity` counters (0 turns leasing off), each chunk at
+    /// most `max_chunk` hits.
+    pub(crate) fn new(capacity: usize, max_chunk: u64) -> Allowance {
+        Allowance {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            per_shard: if max_chunk < 2 {
+                0
+            } else {
+                capacity.div_ceil(SHARDS)
+            },
+            max_chunk,
+            hasher: RandomState::new(),
+            stranded: AtomicU64::new(0),
+        }
+    }
+
+    #[allow(
+        clippy::indexing_slicing,
+        reason = "the index is taken modulo the shard count"
+    )]
+    fn shard(&self, key: &CounterKey) -> &Mutex<HashMap<CounterKey, Lease>> {
+        &self.shards[self.hasher.hash_one(key) as usize % SHARDS]
+    }
+
+    fn eligible(&self, inc: &Increment) -> bool {
+        self.per_shard > 0
+            && inc.leasable
+            && inc.algorithm == Algorithm::FixedWindow
+            && !inc.refund
+            && inc.slot.is_none()
+            && inc.hits > 0
+    }
+
+    /// How `inc` is answered: from a lease, by taking one, or plainly.
+    pub(crate) fn plan(&self, inc: &Increment) -> Plan {
+        if !self.eligible(inc) {
+            return Plan::Plain;
+        }
+        let mut map = self.shard(&inc.key).lock();
+        let Some(l) = map.get_mut(&inc.key) else {
+            return Plan::Plain;
+        };
+        let same = l.start == inc.window.start;
+        let trusted = inc.at_us < l.at_us.saturating_add(TRUST_US);
+        let pos = l.next.saturating_add(inc.hits - 1);
+        if same && trusted && l.taking_us == 0 && pos <= l.last && pos <= u64::from(inc.limit) {
+            l.next = pos.saturating_add(1);
+            l.spent = l.spent.saturating_add(inc.hits);
+            return Plan::Served(Tally::Count(pos));
+        }
+        let taking = l.taking_us != 0 && inc.at_us < l.taking_us.saturating_add(TRUST_US);
+        // Positions left but not trusted now: the store is asked plainly,
+        // and its count renews the lease or voids it (see `answered`).
+        if taking || (same && l.next <= l.last) {
+            return Plan::Plain;
+        }
+        let chunk = self.chunk(l, inc, same && trusted);
+        if chunk <= inc.hits {
+            return Plan::Plain;
+        }
+        self.strand(l);
+        l.taking_us = inc.at_us.max(1);
+        Plan::Take { chunk }
+    }
+
+    /// The next chunk for `l`: doubled when the last was spent while
+    /// trusted, what was spent otherwise, within an eighth of the headroom
+    /// and the cap.
+    fn chunk(&self, l: &Lease, inc: &Increment, fresh: bool) -> u64 {
+        let seen = if l.start == inc.window.start {
+            l.seen
+        } else {
+            0
+        };
+        let headroom = u64::from(inc.limit).saturating_sub(seen);
+        let want = if fresh && l.next > l.last {
+            l.chunk.saturating_mul(2).max(2)
+        } else {
+            l.spent.max(1)
+        };
+        want.min(headroom / HEADROOM_SHARE).min(self.max_chunk)
+    }
+
+    /// The store answered a take of `chunk` for `inc` with `tally`: the
+    /// request's own answer, its position; the rest of the chunk (up to the
+    /// limit) is leased.
+    /// `had_us`: the clock when the answer came, from which the lease is
+    /// trusted (a request that starts later asks the store after the take's
+    /// count, so its answer can judge the lease).
+    pub(crate) fn took(&self, inc: &Increment, chunk: u64, tally: Tally, had_us: u64) -> Tally {
+        let Tally::Count(after) = tally else {
+            self.abandon(inc);
+            return tally;
+        };
+        let pos = after.saturating_sub(chunk).saturating_add(inc.hits);
+        let had = had_us.max(inc.at_us);
+        let next = pos.saturating_add(1);
+        self.remember(
+            inc,
+            next,
+            after.min(u64::from(inc.limit)),
+            chunk,
+            (after, had),
+        );
+        Tally::Count(pos)
+    }
+
+    /// The store answered `inc` plainly with `tally`: remembered, so the
+    /// key's next request may take a chunk.
+    pub(crate) fn answered(&self, inc: &Increment, tally: &Tally) {
+        if let Tally::Count(after) = *tally
+            && self.eligible(inc)
+        {
+            let next = after.saturating_add(1);
+            self.remember(inc, next, after, inc.hits, (after, inc.at_us));
+        }
+    }
+
+    /// Keeps what the store said (`seen`: its count, and when it was had).
+    fn remember(&self, inc: &Increment, next: u64, last: u64, chunk: u64, seen: (u64, u64)) {
+        let (seen, had_us) = seen;
+        let lease = Lease {
+            start: inc.window.start,
+            end_s: inc.window.end(),
+            next,
+            last,
+            at_us: had_us,
+            chunk,
+            spent: inc.hits,
+            seen,
+            taking_us: 0,
+        };
+        let mut map = self.shard(&inc.key).lock();
+        match map.get_mut(&inc.key) {
+            // A plain answer: one lease per counter at a time, so a live
+            // lease and a take in flight are kept.
+            Some(l) if chunk == inc.hits => self.renew(l, inc, seen, lease),
+            Some(l) => {
+                self.strand(l);
+                *l = lease;
+            }
+            None => {
+                if map.len() >= self.per_shard {
+                    // Full: drop one, found in O(1). Its unspent positions
+                    // are stranded (never admitted), never given twice.
+                    if let Some(old) = map.keys().next().cloned()
+                        && let Some(l) = map.remove(&old)
+                    {
+                        self.strand(&l);
+                    }
+                }
+                map.insert(inc.key.clone(), lease);
+            }
+        }
+    }
+
+    /// A plain answer for a counter whose lease `l` has positions left,
+    /// asked after the lease was had: the store's count before this request
+    /// at or past the lease's last position says nothing took them back, so
+    /// the lease is trusted anew; a count below it (a reset, or refunds
+    /// through other instances) voids the lease. An answer to a request
+    /// older than the lease says nothing of it.
+    fn renew(&self, l: &mut Lease, inc: &Increment, after: u64, plain: Lease) {
+        let left = l.start == inc.window.start && l.next <= l.last;
+        if left && inc.at_us < l.at_us {
+            l.seen = l.seen.max(after);
+            return;
+        }
+        if left && after.saturating_sub(inc.hits) >= l.last {
+            l.at_us = l.at_us.max(inc.at_us);
+            l.seen = l.seen.max(after);
+            return;
+        }
+        self.strand(l);
+        *l = Lease {
+            taking_us: l.taking_us,
+            ..plain
+        };
+    }
+
+    /// A take that got no count (the store failed): the next may try again.
+    pub(crate) fn abandon(&self, inc: &Increment) {
+        if let Some(l) = self.shard(&inc.key).lock().get_mut(&inc.key) {
+            l.taking_us = 0;
+        }
+    }
+
+    /// Voids this instance's lease of a counter (a reset).
+    pub(crate) fn forget(&self, key: &CounterKey) {
+        if self.per_shard > 0 {
+            self.shard(key).lock().remove(key);
+        }
+    }
+
+    /// Frees leases whose window has ended: their unspent positions are
+    /// stranded. Returns the positions stranded since the last sweep.
+    pub(crate) fn sweep(&self, now: Now) -> u64 {
+        for shard in self.shards.iter() {
+            shard.lock().retain(|_, l| {
+                let keep = l.end_s > now.0;
+                if !keep {
+                    self.strand(l);
+                }
+                keep
+            });
+        }
+        self.stranded.swap(0, Relaxed)
+    }
+
+    /// Counts what `l` leased and will never spend.
+    fn strand(&self, l: &Lease) {
+        let left = (l.last + 1).saturating_sub(l.next);
+        if left > 0 {
+            self.stranded.fetch_add(left, Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "allowance_tests.rs"]
+mod tests;

@@ -1,0 +1,203 @@
+use super::*;
+use crate::limiter::{Unit, Window};
+
+fn at(v: &str, limit: u32, at_us: u64) -> Increment {
+    Increment {
+        key: CounterKey::new("d", Unit::Minute, [("k", v)]),
+        hits: 1,
+        at_us,
+        refund: false,
+        cacheable: true,
+        leasable: true,
+        slot: None,
+        limit,
+        window: Window::containing(Unit::Minute, Now(at_us / 1_000_000)),
+        algorithm: Algorithm::FixedWindow,
+        on_failure: None,
+    }
+}
+
+/// A store shared by instances: one fixed-window count.
+struct Shared(u64);
+
+impl Shared {
+    /// One request through `a`, as the safety net runs it: its answer.
+    fn request(&mut self, a: &Allowance, inc: &Increment) -> u64 {
+        let count = |t: Tally| match t {
+            Tally::Count(c) => c,
+            other => panic!("{other:?}"),
+        };
+        match a.plan(inc) {
+            Plan::Served(t) => count(t),
+            Plan::Take { chunk } => {
+                self.0 += chunk;
+                count(a.took(inc, chunk, Tally::Count(self.0), inc.at_us))
+            }
+            Plan::Plain => {
+                self.0 += inc.hits;
+                a.answered(inc, &Tally::Count(self.0));
+                self.0
+            }
+        }
+    }
+}
+
+#[test]
+fn a_hot_key_takes_growing_chunks_and_answers_from_them() {
+    let a = Allowance::new(100, 4096);
+    let mut store = Shared(0);
+    let mut t = 60_000_000;
+    let mut answers = Vec::new();
+    for _ in 0..200 {
+        t += 10;
+        answers.push(store.request(&a, &at("a", 10_000, t)));
+    }
+    assert_eq!(
+        answers,
+        (1..=200).collect::<Vec<_>>(),
+        "each request gets its position"
+    );
+    // 1 plain, then chunks 2, 4, 8, 16, 32, 64, 128: the store holds the
+    // whole last chunk.
+    assert_eq!(store.0, 1 + 2 + 4 + 8 + 16 + 32 + 64 + 128);
+}
+
+#[test]
+fn instances_sharing_a_limit_admit_exactly_the_limit_never_more() {
+    for limit in [16, 100, 1000, 5000] {
+        let fleet: Vec<Allowance> = (0..3).map(|_| Allowance::new(100, 4096)).collect();
+        let mut store = Shared(0);
+        let mut admitted = 0;
+        for i in 0..3 * u64::from(limit) {
+            let t = 60_000_000 + i;
+            let pos = store.request(&fleet[(i % 3) as usize], &at("a", limit, t));
+            admitted += u64::from(pos <= u64::from(limit));
+        }
+        assert_eq!(admitted, u64::from(limit), "limit {limit}");
+    }
+}
+
+#[test]
+fn near_the_limit_every_request_asks_the_store() {
+    let a = Allowance::new(100, 4096);
+    // 15 left: an eighth of the headroom is under two hits.
+    for i in 0..5 {
+        let inc = at("a", 100, 60_000_000 + i);
+        assert_eq!(a.plan(&inc), Plan::Plain);
+        a.answered(&inc, &Tally::Count(85 + i));
+    }
+    // And a chunk is never more than an eighth of what is left.
+    let b = Allowance::new(100, 4096);
+    b.answered(&at("b", 1000, 60_000_000), &Tally::Count(980));
+    assert_eq!(b.plan(&at("b", 1000, 60_000_001)), Plan::Take { chunk: 2 });
+    let c = Allowance::new(100, 4096);
+    let mut store = Shared(0);
+    let mut i = 0;
+    while store.request(&c, &at("c", 1000, 60_000_000 + i)) < 1000 {
+        i += 1;
+    }
+    assert_eq!(i, 999, "every position up to the limit admitted");
+    assert!(store.0 <= 1000 + 125, "{}", store.0);
+}
+
+#[test]
+fn a_lease_is_trusted_for_half_a_second_and_a_slow_key_never_grows() {
+    let a = Allowance::new(100, 4096);
+    let mut store = Shared(0);
+    for i in 0..4 {
+        store.request(&a, &at("a", 10_000, 60_000_000 + i));
+    }
+    // A lease of 4 was taken at +3 (1 plain, then 2): one position spent.
+    assert!(matches!(
+        a.plan(&at("a", 10_000, 60_000_000 + 3 + TRUST_US - 1)),
+        Plan::Served(_)
+    ));
+    // Past its trust, the store is asked plainly: a count at or past the
+    // lease's last position renews it...
+    let late = at("a", 10_000, 60_000_000 + 3 + TRUST_US);
+    assert_eq!(a.plan(&late), Plan::Plain, "asked again");
+    a.answered(&late, &Tally::Count(8));
+    assert_eq!(
+        a.plan(&at("a", 10_000, 60_000_010 + TRUST_US)),
+        Plan::Served(Tally::Count(6))
+    );
+    // ...and a count below it (a reset through another instance) voids it.
+    let later = at("a", 10_000, 60_000_000 + 3 * TRUST_US);
+    assert_eq!(a.plan(&later), Plan::Plain);
+    a.answered(&later, &Tally::Count(1));
+    assert!(!matches!(
+        a.plan(&at("a", 10_000, 60_000_001 + 3 * TRUST_US)),
+        Plan::Served(_)
+    ));
+    assert_eq!(a.sweep(Now(0)), 1, "the voided lease's last position");
+    // One request a second: plain, every time.
+    let b = Allowance::new(100, 4096);
+    for s in 0..10 {
+        assert_eq!(b.plan(&at("b", 10_000, (60 + s) * 1_000_000)), Plan::Plain);
+        b.answered(&at("b", 10_000, (60 + s) * 1_000_000), &Tally::Count(s + 1));
+    }
+}
+
+#[test]
+fn one_take_at_a_time_and_a_failed_one_can_be_retried() {
+    let a = Allowance::new(100, 4096);
+    a.answered(&at("a", 1000, 60_000_000), &Tally::Count(1));
+    assert_eq!(a.plan(&at("a", 1000, 60_000_001)), Plan::Take { chunk: 2 });
+    assert_eq!(
+        a.plan(&at("a", 1000, 60_000_002)),
+        Plan::Plain,
+        "a take in flight"
+    );
+    // A plain answer meanwhile leaves the take in flight alone.
+    a.answered(&at("a", 1000, 60_000_002), &Tally::Count(2));
+    assert_eq!(a.plan(&at("a", 1000, 60_000_003)), Plan::Plain);
+    a.abandon(&at("a", 1000, 60_000_001));
+    assert!(matches!(
+        a.plan(&at("a", 1000, 60_000_004)),
+        Plan::Take { .. }
+    ));
+}
+
+#[test]
+fn a_lease_never_answers_past_a_lower_override_a_new_window_or_a_reset() {
+    let a = Allowance::new(100, 4096);
+    let mut store = Shared(0);
+    for i in 0..8 {
+        store.request(&a, &at("a", 10_000, 60_000_000 + i));
+    }
+    assert!(matches!(
+        a.plan(&at("a", 4, 60_000_100)),
+        Plan::Plain | Plan::Take { .. }
+    ));
+    assert!(!matches!(
+        a.plan(&at("a", 10_000, 120_000_000)),
+        Plan::Served(_)
+    ));
+    let b = Allowance::new(100, 4096);
+    for i in 0..8 {
+        store.request(&b, &at("b", 10_000, 60_000_000 + i));
+    }
+    b.forget(&at("b", 10_000, 0).key);
+    assert_eq!(b.plan(&at("b", 10_000, 60_000_010)), Plan::Plain);
+}
+
+#[test]
+fn refunds_slots_other_shapes_and_opted_out_rules_are_never_leased() {
+    let a = Allowance::new(100, 4096);
+    let mut store = Shared(0);
+    for i in 0..8 {
+        store.request(&a, &at("a", 10_000, 60_000_000 + i));
+    }
+    let mut refund = at("a", 10_000, 60_000_010);
+    refund.refund = true;
+    let mut opted = at("a", 10_000, 60_000_010);
+    opted.leasable = false;
+    let mut sliding = at("a", 10_000, 60_000_010);
+    sliding.algorithm = Algorithm::SlidingWindow;
+    for inc in [refund, opted, sliding] {
+        assert_eq!(a.plan(&inc), Plan::Plain, "{inc:?}");
+    }
+    let off = Allowance::new(0, 4096);
+    off.answered(&at("a", 10_000, 60_000_000), &Tally::Count(1));
+    assert_eq!(off.plan(&at("a", 10_000, 60_000_001)), Plan::Plain);
+}

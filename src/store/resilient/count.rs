@@ -1,0 +1,166 @@
+//! One batch through the safety net: each increment is answered from this
+//! instance's leased allowance, or from the over-limit cache, or asked of
+//! the store (a hot counter's by taking a chunk), or decided by the failure
+//! policy when the store cannot count.
+
+use tokio::time::Instant;
+
+use super::{Resilient, Undecided};
+use crate::limiter::{Decision, Now, Tally};
+use crate::store::allowance::Plan;
+use crate::store::{Increment, StoreError};
+
+/// How one increment of a batch goes.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    /// Answered from this instance's lease.
+    Leased(Tally),
+    /// Answered over its limit from the over-limit cache.
+    Cached(Tally),
+    /// Asked of the store: for its own hits, or a chunk to lease.
+    Ask(Option<u64>),
+}
+
+impl Resilient {
+    /// What this instance answers without the store, or how to ask it.
+    fn step(&self, inc: &Increment) -> Step {
+        let plan = self.allowance.plan(inc);
+        if let Plan::Served(t) = plan {
+            return Step::Leased(t);
+        }
+        if let Some(t) = self.cache.over(inc) {
+            if let Plan::Take { .. } = plan {
+                self.allowance.abandon(inc);
+            }
+            return Step::Cached(t);
+        }
+        match plan {
+            Plan::Take { chunk } => Step::Ask(Some(chunk)),
+            _ => Step::Ask(None),
+        }
+    }
+
+    pub(super) async fn count(
+        &self,
+        batch: &[Increment],
+        deadline: Option<Instant>,
+    ) -> Result<Vec<Tally>, StoreError> {
+        let steps: Vec<Step> = batch.iter().map(|inc| self.step(inc)).collect();
+        // A take asks for the chunk in the request's place; only takes are
+        // copied, so a batch with none allocates nothing more.
+        let takes: Vec<Increment> = batch
+            .iter()
+            .zip(&steps)
+            .filter_map(|(inc, s)| match s {
+                Step::Ask(Some(chunk)) => Some(Increment {
+                    hits: *chunk,
+                    ..inc.clone()
+                }),
+                _ => None,
+            })
+            .collect();
+        let asked: Vec<(&Increment, Option<u64>)> = batch
+            .iter()
+            .zip(&steps)
+            .filter_map(|(inc, s)| match s {
+                Step::Ask(chunk) => Some((inc, *chunk)),
+                Step::Leased(_) | Step::Cached(_) => None,
+            })
+            .collect();
+        self.observe(&steps, takes.len());
+        let got = if asked.is_empty() {
+            Vec::new()
+        } else {
+            self.ask(&asked, &takes, deadline).await?
+        };
+        // Answers fill the gaps left by what was answered here, in order;
+        // both have exactly one count per increment asked, so nothing is
+        // ever filled with 0.
+        let mut got = got.into_iter();
+        Ok(steps
+            .into_iter()
+            .map(|s| match s {
+                Step::Leased(t) | Step::Cached(t) => Some(t),
+                Step::Ask(_) => got.next(),
+            })
+            .map(|t| t.unwrap_or(Tally::Decided(Decision::Refuse)))
+            .collect())
+    }
+
+    /// Counts what was answered here, for the metrics.
+    fn observe(&self, steps: &[Step], takes: usize) {
+        let (mut leased, mut cached) = (0, 0);
+        for s in steps {
+            match s {
+                Step::Leased(_) => leased += 1,
+                Step::Cached(_) => cached += 1,
+                Step::Ask(_) => {}
+            }
+        }
+        if cached > 0 {
+            self.metrics.local_cache_hits(cached);
+        }
+        if leased > 0 || takes > 0 {
+            self.metrics.allowance(leased, takes as u64);
+        }
+    }
+
+    /// Asks the store for `asked` (a take's chunk from `takes`, in order),
+    /// or the failure policy when it cannot count.
+    async fn ask(
+        &self,
+        asked: &[(&Increment, Option<u64>)],
+        takes: &[Increment],
+        deadline: Option<Instant>,
+    ) -> Result<Vec<Tally>, StoreError> {
+        let mut chunks = takes.iter();
+        let wire: Vec<&Increment> = asked
+            .iter()
+            .map(|(inc, chunk)| match chunk {
+                Some(_) => chunks.next().unwrap_or(inc),
+                None => inc,
+            })
+            .collect();
+        let own = || asked.iter().map(|(inc, _)| *inc);
+        let result = self.ask_primary(&wire, deadline).await;
+        if result.is_err() {
+            for (inc, _) in asked.iter().filter(|(_, c)| c.is_some()) {
+                self.allowance.abandon(inc);
+            }
+        }
+        match result {
+            Ok(got) => Ok(asked
+                .iter()
+                .zip(wire)
+                .zip(got)
+                .map(|(((inc, chunk), sent), t)| self.answered(inc, *chunk, sent, t))
+                .collect()),
+            // The policy decides each request for its own hits: a chunk
+            // the store did not count was never leased.
+            Err(Undecided::Store) => Ok(self.by_policy(&own().collect::<Vec<_>>())),
+            Err(Undecided::Busy) => super::super::shed(
+                own(),
+                "no store answer in time while the store was answering others",
+            ),
+        }
+    }
+
+    /// The store's count `t` for `sent` (the request `inc` or its take of
+    /// `chunk`), remembered, and the request's own answer.
+    fn answered(&self, inc: &Increment, chunk: Option<u64>, sent: &Increment, t: Tally) -> Tally {
+        if inc.refund {
+            // This instance never refuses from what it remembered before
+            // the counter went down.
+            self.cache.forget(&inc.key);
+            return t;
+        }
+        self.cache.record(sent, &t);
+        match chunk {
+            Some(chunk) => self.allowance.took(inc, chunk, t, Now::wall_us()),
+            None => {
+                self.allowance.answered(inc, &t);
+                t
+            }
+        }
+    }
+}
