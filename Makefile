@@ -3,7 +3,7 @@ CARGO ?= cargo
 # Tests start real servers; keep parallelism sane on small machines.
 TEST_THREADS ?= 4
 
-.PHONY: run build test lint deps envoy bench instructions h2load fuzz soak fleet stack stack-down compose-test clean
+.PHONY: run build test lint deps envoy docs bench instructions h2load fuzz soak fleet stack stack-down compose-test clean
 
 run:
 	$(CARGO) run --release -- serve --config descriptors
@@ -54,7 +54,21 @@ stack-down:
 compose-test: envoy
 	python3 tests/compose/compose_test.py
 
-test: lint deps
+# The book (docs/), built by mdBook into target/book. mdBook comes from
+# crates.io, built once into .tools/ (or the one on PATH); the build itself
+# is offline, and a warning fails it.
+MDBOOK_VERSION = 0.4.52
+MDBOOK := $(shell command -v mdbook 2>/dev/null || echo .tools/mdbook/bin/mdbook)
+
+docs: $(MDBOOK)
+	@out=$$($(MDBOOK) build docs 2>&1); status=$$?; echo "$$out"; \
+	  if [ $$status -ne 0 ] || echo "$$out" | grep -q -E '\[(WARN|ERROR)\]|^(WARN|ERROR)'; then \
+	    echo "make docs: mdBook warned or failed"; exit 1; fi
+
+.tools/mdbook/bin/mdbook:
+	$(CARGO) install --quiet --locked --root .tools/mdbook --version $(MDBOOK_VERSION) --no-default-features --features search mdbook
+
+test: lint deps docs
 	$(CARGO) test --lib --bins --tests -- --test-threads=$(TEST_THREADS)
 
 # sluice against a no-op service on this machine (memory and Redis, h2load and

@@ -9,7 +9,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::redis::RedisServer;
+use common::memcache::Memcached;
+use common::redis::{RedisCluster, RedisServer};
 use common::stack::room_in_window;
 use common::*;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
@@ -30,8 +31,15 @@ descriptors:
 
 fn fleet(redis: &RedisServer, n: usize, extra: &[&str]) -> Vec<Sluice> {
     let url = redis.url();
-    let mut args = vec!["--redis-url", url.as_str(), "--redis-timeout", "2s"];
+    let mut args = vec!["--redis-url", url.as_str()];
     args.extend_from_slice(extra);
+    fleet_on(&args, n)
+}
+
+/// `n` instances on the store `args` name, ready.
+fn fleet_on(store: &[&str], n: usize) -> Vec<Sluice> {
+    let mut args = store.to_vec();
+    args.extend_from_slice(&["--redis-timeout", "2s"]);
     let fleet: Vec<Sluice> = (0..n)
         .map(|_| Sluice::start(&[("hot.yaml", RULES)], &args))
         .collect();
@@ -223,4 +231,26 @@ async fn a_store_outage_mid_lease_and_a_reset_keep_the_fleet_under_the_limit() {
     // The trust of a lease is a wall-clock bound: nothing to poll.
     std::thread::sleep(Duration::from_millis(600));
     assert_eq!(flood(&cs, "k", "reset", 3200).await, 3000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_and_on_memcached_two_instances_admit_exactly_the_limit() {
+    room_in_window(3600, 120);
+    let cluster = RedisCluster::start();
+    let seeds = cluster.seeds();
+    let memcached = Memcached::start();
+    let servers = memcached.addr();
+    for store in [
+        ["--redis-cluster", seeds.as_str()],
+        ["--memcache-servers", servers.as_str()],
+    ] {
+        let fleet = fleet_on(&store, 2);
+        let cs = clients(&fleet).await;
+        assert_eq!(flood(&cs, "k", "spread", 3300).await, 3000, "{store:?}");
+        let leased: f64 = fleet
+            .iter()
+            .map(|s| series(s, "sluice_store_allowance_answers_total"))
+            .sum();
+        assert!(leased > 0.0, "{store:?}: no request answered from a lease");
+    }
 }

@@ -224,36 +224,3 @@ fn kubernetes_manifests_agree_and_their_rules_load() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
-
-/// The README stays true: every flag of every command is in it, with its
-/// environment variable where it has one.
-#[test]
-fn the_readme_lists_every_flag() {
-    let readme = std::fs::read_to_string(workspace().join("README.md")).expect("README");
-    let mut missing = Vec::new();
-    for cmd in ["serve", "check", "bench", "health"] {
-        let out = Command::new(sluice_bin())
-            .args([cmd, "--help"])
-            .output()
-            .expect("sluice --help");
-        let help = String::from_utf8_lossy(&out.stdout);
-        for line in help.lines() {
-            let line = line.trim_start();
-            if let Some(flag) = line
-                .strip_prefix("--")
-                .and_then(|f| f.split([' ', '=']).next())
-                && flag != "help"
-                && !readme.contains(&format!("--{flag}"))
-            {
-                missing.push(format!("{cmd} --{flag}"));
-            }
-            if let Some(env) = line.strip_prefix("[env: ") {
-                let name = env.split(['=', ']']).next().unwrap_or_default();
-                if !readme.contains(name) {
-                    missing.push(format!("{cmd}: {name}"));
-                }
-            }
-        }
-    }
-    assert!(missing.is_empty(), "not in the README: {missing:?}");
-}
