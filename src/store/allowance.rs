@@ -297,7 +297,7 @@ impl Allowance {
 
     /// Counts what `l` leased and will never spend.
     fn strand(&self, l: &Lease) {
-        let left = (l.last + 1).saturating_sub(l.next);
+        let left = l.last.saturating_add(1).saturating_sub(l.next);
         if left > 0 {
             self.stranded.fetch_add(left, Relaxed);
         }

@@ -201,3 +201,19 @@ fn refunds_slots_other_shapes_and_opted_out_rules_are_never_leased() {
     off.answered(&at("a", 10_000, 60_000_000), &Tally::Count(1));
     assert_eq!(off.plan(&at("a", 10_000, 60_000_001)), Plan::Plain);
 }
+
+/// A poisoned counter (one at the store's ceiling) is answered, never a
+/// panic: every step saturates.
+#[test]
+fn a_counter_at_the_ceiling_breaks_nothing() {
+    let a = Allowance::new(100, 4096);
+    let inc = at("full", u32::MAX, 60_000_000);
+    a.answered(&inc, &Tally::Count(u64::MAX));
+    assert_eq!(a.plan(&at("full", u32::MAX, 60_000_001)), Plan::Plain);
+    a.answered(&inc, &Tally::Count(u64::MAX));
+    assert_eq!(
+        a.took(&inc, 8, Tally::Count(u64::MAX), 60_000_002),
+        Tally::Count(u64::MAX - 7)
+    );
+    assert_eq!(a.sweep(Now(1_000_000)), 0);
+}
