@@ -169,6 +169,29 @@ impl Allowance {
         want.min(headroom / HEADROOM_SHARE).min(self.max_chunk)
     }
 
+    /// A plain answer that refuses `inc` (its count past the limit) while
+    /// this instance holds leased hits of the counter: answered from the
+    /// lease instead, so no instance refuses while it holds allowance (a
+    /// request planned while a take was in flight comes back after it).
+    /// The store counted its own hits as it counts every refusal's.
+    pub(crate) fn rescue(&self, inc: &Increment, tally: Tally) -> Tally {
+        let over = matches!(tally, Tally::Count(after) if after > u64::from(inc.limit));
+        if !over || !self.eligible(inc) {
+            return tally;
+        }
+        let mut map = self.shard(&inc.key).lock();
+        let Some(l) = map.get_mut(&inc.key) else {
+            return tally;
+        };
+        let pos = l.next.saturating_add(inc.hits - 1);
+        if l.start != inc.window.start || pos > l.last || pos > u64::from(inc.limit) {
+            return tally;
+        }
+        l.next = pos.saturating_add(1);
+        l.spent = l.spent.saturating_add(inc.hits);
+        Tally::Count(pos)
+    }
+
     /// The store answered a take of `chunk` for `inc` with `tally`: the
     /// request's own answer, its position; the rest of the chunk (up to the
     /// limit) is leased.

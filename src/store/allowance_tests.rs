@@ -217,3 +217,26 @@ fn a_counter_at_the_ceiling_breaks_nothing() {
     );
     assert_eq!(a.sweep(Now(1_000_000)), 0);
 }
+
+/// A request asked plainly while a take was in flight, whose count comes
+/// back past the limit after the take landed, is answered from the lease:
+/// no instance refuses while it holds allowance.
+#[test]
+fn a_refusal_is_answered_from_a_lease_the_instance_holds() {
+    let a = Allowance::new(100, 4096);
+    a.answered(&at("a", 50, 60_000_000), &Tally::Count(30));
+    let take = at("a", 50, 60_000_001);
+    assert_eq!(a.plan(&take), Plan::Take { chunk: 2 });
+    let waiting = at("a", 50, 60_000_002);
+    assert_eq!(a.plan(&waiting), Plan::Plain, "a take in flight");
+    // Another instance spent the rest meanwhile: the take gets 49 and 50.
+    assert_eq!(
+        a.took(&take, 2, Tally::Count(50), 60_000_003),
+        Tally::Count(49)
+    );
+    a.answered(&waiting, &Tally::Count(51));
+    assert_eq!(a.rescue(&waiting, Tally::Count(51)), Tally::Count(50));
+    // Nothing left: a refusal stays one.
+    assert_eq!(a.rescue(&waiting, Tally::Count(52)), Tally::Count(52));
+    assert_eq!(a.sweep(Now(1_000_000)), 0, "nothing stranded");
+}

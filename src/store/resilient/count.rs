@@ -159,7 +159,7 @@ impl Resilient {
             Some(chunk) => self.allowance.took(inc, chunk, t, Now::wall_us()),
             None => {
                 self.allowance.answered(inc, &t);
-                t
+                self.allowance.rescue(inc, t)
             }
         }
     }
