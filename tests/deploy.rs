@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::collections::BTreeSet;
 use std::process::Command;
 
 use common::*;
@@ -84,51 +83,15 @@ async fn the_exposition_passes_promtool() {
     assert!(findings.is_empty(), "{said}");
 }
 
-/// `sluice_*` names in a text, histogram series folded into their metric.
-fn named(text: &str) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    let mut rest = text;
-    while let Some(i) = rest.find("sluice_") {
-        let tail = &rest[i..];
-        let end = tail
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .unwrap_or(tail.len());
-        let name = &tail[..end];
-        let base = ["_bucket", "_sum", "_count"]
-            .iter()
-            .find_map(|s| name.strip_suffix(s))
-            .unwrap_or(name);
-        out.insert(base.to_owned());
-        rest = &tail[end..];
-    }
-    out
-}
-
 #[test]
 fn dashboard_and_alerts_name_only_metrics_sluice_exports() {
-    let s = Sluice::start(
-        &[("web.yaml", "domain: web\ndescriptors:\n  - key: k\n")],
-        &[
-            "--redis-url",
-            "redis://127.0.0.1:1",
-            "--redis-timeout",
-            "50ms",
-        ],
-    );
-    let exported: BTreeSet<String> = s
-        .get("/metrics")
-        .1
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.split_whitespace().next())
-        .map(str::to_owned)
-        .collect();
+    let exported = exported_families();
     for file in [
         "deploy/prometheus/alerts.yaml",
         "deploy/grafana/sluice.json",
     ] {
         let text = std::fs::read_to_string(workspace().join(file)).unwrap();
-        let names = named(&text);
+        let names = metric_families(&text);
         assert!(names.len() >= 5, "{file} names {names:?}");
         let unknown: Vec<_> = names.difference(&exported).collect();
         assert!(

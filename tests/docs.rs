@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::stack::envoy_bin;
-use common::{Sluice, config_dir, sluice_bin, sluice_check, workspace};
+use common::{config_dir, exported_families, metric_families, sluice_bin, sluice_check, workspace};
 
 /// mdBook's (and GitHub's) anchor for a heading: lowercase, punctuation
 /// dropped except `-` and `_`, spaces as `-`.
@@ -288,49 +288,11 @@ fn the_reference_lists_every_endpoint_and_no_other() {
     );
 }
 
-/// `sluice_*` names in a text, a counter's `_total` and a histogram's
-/// series folded into their family.
-fn metric_names(text: &str) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    let mut rest = text;
-    while let Some(i) = rest.find("sluice_") {
-        let tail = &rest[i..];
-        let end = tail
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .unwrap_or(tail.len());
-        let name = &tail[..end];
-        let base = ["_total", "_bucket", "_sum", "_count"]
-            .iter()
-            .find_map(|s| name.strip_suffix(s))
-            .unwrap_or(name);
-        out.insert(base.to_owned());
-        rest = &tail[end..];
-    }
-    out
-}
-
 #[test]
 fn the_reference_lists_every_metric_and_no_other() {
-    // A store that cannot be reached still exports its families.
-    let s = Sluice::start(
-        &[("web.yaml", "domain: web\ndescriptors:\n  - key: k\n")],
-        &[
-            "--redis-url",
-            "redis://127.0.0.1:1",
-            "--redis-timeout",
-            "50ms",
-        ],
-    );
-    let exported: BTreeSet<String> = s
-        .get("/metrics")
-        .1
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.split_whitespace().next())
-        .flat_map(metric_names)
-        .collect();
+    let exported = exported_families();
     assert!(exported.len() >= 20, "{exported:?}");
-    let listed = metric_names(&reference("endpoints.md"));
+    let listed = metric_families(&reference("endpoints.md"));
     let missing: Vec<_> = exported.difference(&listed).collect();
     assert!(missing.is_empty(), "not in the reference: {missing:?}");
     // Families that show once their first sample exists (per rule, per

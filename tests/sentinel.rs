@@ -73,11 +73,17 @@ async fn a_failover_is_followed_and_counting_resumes_on_the_new_master() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // Counting goes on there: a request may be answered from allowance the
+    // new master already counted (a lease), so ask until it counts more.
     let now = count(&replica).unwrap_or(0);
-    assert_eq!(
-        ask(&mut c, "shop", &[("ip", "1.2.3.4")]).await.overall_code,
-        OK
-    );
-    assert_eq!(count(&replica), Some(now + 1), "counting on the new master");
+    let mut more = 0;
+    while count(&replica).is_none_or(|n| n <= now) {
+        assert_eq!(
+            ask(&mut c, "shop", &[("ip", "1.2.3.4")]).await.overall_code,
+            OK
+        );
+        more += 1;
+        assert!(more <= 1000 / 8 + 1, "the new master stopped counting");
+    }
     eprintln!("{answered} requests answered while sluice followed the failover");
 }

@@ -465,3 +465,45 @@ pub fn certificates(dir: &Path) {
          openssl req -x509 -newkey rsa:2048 -nodes -keyout stranger.key -out stranger.pem -days 2 -subj /CN=stranger 2>/dev/null",
     );
 }
+
+/// `sluice_*` metric families named in a text: a counter's `_total` and a
+/// histogram's `_bucket`, `_sum` and `_count` folded into their family.
+pub fn metric_families(text: &str) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("sluice_") {
+        let tail = &rest[i..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        let name = &tail[..end];
+        let base = ["_total", "_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .unwrap_or(name);
+        out.insert(base.to_owned());
+        rest = &tail[end..];
+    }
+    out
+}
+
+/// The metric families a sluice exports, read from its `# TYPE` lines; its
+/// Redis cannot be reached, so the store's families are there too.
+pub fn exported_families() -> std::collections::BTreeSet<String> {
+    let s = Sluice::start(
+        &[("web.yaml", "domain: web\ndescriptors:\n  - key: k\n")],
+        &[
+            "--redis-url",
+            "redis://127.0.0.1:1",
+            "--redis-timeout",
+            "50ms",
+        ],
+    );
+    s.get("/metrics")
+        .1
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .flat_map(metric_families)
+        .collect()
+}
