@@ -27,6 +27,8 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1000000}
   - key: opted
     rate_limit: {unit: hour, requests_per_unit: 1000000, leased_allowance: false}
+  - key: refunded
+    rate_limit: {unit: hour, requests_per_unit: 1000000, refundable: true}
 ";
 
 fn fleet(redis: &RedisServer, n: usize, extra: &[&str]) -> Vec<Sluice> {
@@ -149,6 +151,15 @@ async fn a_hot_key_far_from_its_limit_costs_redis_about_one_call_per_chunk() {
         assert_eq!(ask(&mut c, "hot", &[("opted", "x")]).await.overall_code, OK);
     }
     assert_eq!(calls(&redis) - before, 200, "leased_allowance: false");
+    // So does a refundable rule: refunds would void leases again and again.
+    let before = calls(&redis);
+    for _ in 0..200 {
+        assert_eq!(
+            ask(&mut c, "hot", &[("refunded", "x")]).await.overall_code,
+            OK
+        );
+    }
+    assert_eq!(calls(&redis) - before, 200, "refundable: true");
     // And --leased-allowance false turns it off for every rule.
     let off = Sluice::start(
         &[("hot.yaml", RULES)],

@@ -90,7 +90,10 @@ impl Counting<'_> {
             // shadow-mode rule refuses no one, so the cache would save
             // nothing but the count its usage is read from.
             cacheable: !refundable && !self.rule.is_some_and(|r| r.shadow_mode),
-            leasable: self.rule.is_none_or(|r| r.leased_allowance),
+            // A refundable counter's count falls with every refund, which
+            // would void other instances' leases again and again: it asks
+            // the store for every request, as `leased_allowance: false`.
+            leasable: !refundable && self.rule.is_none_or(|r| r.leased_allowance),
             limit: self.requests_per_unit,
             window: Window::containing(self.period, Now(at_us / 1_000_000)),
             algorithm: self.algorithm,
