@@ -255,7 +255,7 @@ fn the_console_looks_a_refused_client_up_and_resets_it() {
 
 /// The console's usage chart: a shadow-mode rule's distribution drawn with
 /// its limit marked, and a limit typed into it answered with whom it would
-/// refuse (the office and the bot of the README's example).
+/// refuse (the office and the bot of the book's example in Choosing a limit).
 #[test]
 fn the_console_charts_usage_and_answers_a_typed_limit() {
     let rules = "domain: auth

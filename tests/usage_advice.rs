@@ -243,7 +243,7 @@ async fn every_shape_refunds_and_shadow_mode_count_usage() {
     assert_eq!(s.get("/api/usage?domain=auth&rule=ip&limit=x").0, 400);
 }
 
-/// The seeds' own example, in numbers the README quotes: login attempts per
+/// The seeds' own example, in numbers the book quotes (docs/src/rules/choosing-a-limit.md): login attempts per
 /// client address in shadow mode, 200 ordinary addresses (1 to 3 attempts),
 /// an office behind one NAT (25: forty people signing in at nine), and a
 /// credential-stuffing bot (400). The limit the team first guessed (10)
