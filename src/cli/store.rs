@@ -89,11 +89,12 @@ pub struct StoreArgs {
     #[arg(long, env = "SLUICE_LEASED_ALLOWANCE", default_value_t = true, action = clap::ArgAction::Set)]
     pub(crate) leased_allowance: bool,
     /// Counters that may hold leased allowance at once; when full, one
-    /// lease is dropped (its unspent chunk is never admitted).
+    /// lease is dropped (its unspent chunk is never admitted); 0 turns
+    /// leasing off.
     #[arg(long, env = "SLUICE_ALLOWANCE_KEYS", default_value_t = 100_000)]
     pub(crate) allowance_keys: usize,
     /// The largest chunk of a limit leased at once (also at most an eighth
-    /// of what is left of the limit).
+    /// of what is left of the limit); under 2 turns leasing off.
     #[arg(long, env = "SLUICE_ALLOWANCE_MAX_CHUNK", default_value_t = 4096)]
     pub(crate) allowance_max_chunk: u64,
 }
