@@ -4,7 +4,9 @@ use std::io::Write as _;
 use std::process::ExitCode;
 
 use super::{AppError, Context as _};
-use crate::cli::{AdviseArgs, BenchArgs, CheckArgs, CountersAction, CountersArgs, HealthArgs};
+use crate::cli::{
+    AdminClient, AdviseArgs, BenchArgs, CheckArgs, CountersAction, CountersArgs, HealthArgs,
+};
 use crate::config::load_dir;
 use crate::counters::client;
 use crate::health_probe;
@@ -140,41 +142,38 @@ pub fn counters(args: &CountersArgs) -> Result<ExitCode, AppError> {
     };
     let call = AdminCall {
         name: "counters",
-        admin: &args.admin,
+        client: &args.client,
         method,
         path,
         token: token.as_deref(),
-        timeout: args.timeout,
     };
-    call.print(body.as_ref(), args.json, table)
+    call.print(body.as_ref(), table)
 }
 
 /// One call to a running sluice's admin port, its JSON answer printed as
-/// `table` makes it (or as it came, `json`): exit 0 on 200, 1 with
+/// `table` makes it (or as it came, `--json`): exit 0 on 200, 1 with
 /// sluice's words on stderr otherwise.
 struct AdminCall<'a> {
     name: &'a str,
-    admin: &'a str,
+    client: &'a AdminClient,
     method: &'a str,
     path: &'a str,
     token: Option<&'a str>,
-    timeout: std::time::Duration,
 }
 
 impl AdminCall<'_> {
     fn print(
         &self,
         body: Option<&serde_json::Value>,
-        json: bool,
         table: impl Fn(&serde_json::Value) -> String,
     ) -> Result<ExitCode, AppError> {
         let answer = client::call(
-            self.admin,
+            &self.client.admin,
             self.method,
             self.path,
             self.token,
             body,
-            self.timeout,
+            self.client.timeout,
         )
         .map_err(AppError::msg)?;
         if answer.status != 200 {
@@ -188,7 +187,7 @@ impl AdminCall<'_> {
         }
         let doc: serde_json::Value =
             serde_json::from_str(&answer.body).context("the answer is not JSON")?;
-        let text = if json {
+        let text = if self.client.json {
             format!("{doc:#}\n")
         } else {
             table(&doc)
@@ -206,11 +205,10 @@ pub fn advise(args: &AdviseArgs) -> Result<ExitCode, AppError> {
     };
     let call = AdminCall {
         name: "advise",
-        admin: &args.admin,
+        client: &args.client,
         method: "GET",
         path: &path,
         token: None,
-        timeout: args.timeout,
     };
-    call.print(None, args.json, crate::usage::advice_table)
+    call.print(None, crate::usage::advice_table)
 }

@@ -48,32 +48,10 @@ pub enum Command {
     Advise(AdviseArgs),
 }
 
-/// `sluice advise`.
+/// Where the admin clients (`sluice counters`, `sluice advise`) ask, and
+/// how they print the answer.
 #[derive(Args)]
-pub struct AdviseArgs {
-    /// The admin port, as http://host:port.
-    #[arg(
-        long,
-        env = "SLUICE_ADMIN_URL",
-        default_value = "http://127.0.0.1:8080"
-    )]
-    pub(crate) admin: String,
-    /// Only this domain.
-    #[arg(long)]
-    pub(crate) domain: Option<String>,
-    /// Print the answer's JSON instead of a table.
-    #[arg(long)]
-    pub(crate) json: bool,
-    /// Longest wait for the answer.
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
-    pub(crate) timeout: Duration,
-}
-
-/// `sluice counters show|reset|top`.
-#[derive(Args)]
-pub struct CountersArgs {
-    #[command(subcommand)]
-    pub(crate) action: CountersAction,
+pub struct AdminClient {
     /// The admin port, as http://host:port.
     #[arg(
         long,
@@ -82,16 +60,35 @@ pub struct CountersArgs {
         default_value = "http://127.0.0.1:8080"
     )]
     pub(crate) admin: String,
-    /// A file holding the admin token (else SLUICE_ADMIN_TOKEN; neither: no
-    /// token, which a sluice without --admin-token-file accepts on loopback).
-    #[arg(long, global = true)]
-    pub(crate) token_file: Option<PathBuf>,
     /// Print the answer's JSON instead of a table.
     #[arg(long, global = true)]
     pub(crate) json: bool,
     /// Longest wait for the answer.
     #[arg(long, global = true, default_value = "5s", value_parser = parse_duration)]
     pub(crate) timeout: Duration,
+}
+
+/// `sluice advise`.
+#[derive(Args)]
+pub struct AdviseArgs {
+    #[command(flatten)]
+    pub(crate) client: AdminClient,
+    /// Only this domain.
+    #[arg(long)]
+    pub(crate) domain: Option<String>,
+}
+
+/// `sluice counters show|reset|top`.
+#[derive(Args)]
+pub struct CountersArgs {
+    #[command(subcommand)]
+    pub(crate) action: CountersAction,
+    #[command(flatten)]
+    pub(crate) client: AdminClient,
+    /// A file holding the admin token (else SLUICE_ADMIN_TOKEN; neither: no
+    /// token, which a sluice without --admin-token-file accepts on loopback).
+    #[arg(long, global = true)]
+    pub(crate) token_file: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]

@@ -88,9 +88,9 @@ pub struct StoreArgs {
     /// `leased_allowance: false`).
     #[arg(long, env = "SLUICE_LEASED_ALLOWANCE", default_value_t = true, action = clap::ArgAction::Set)]
     pub(crate) leased_allowance: bool,
-    /// Counters that may hold leased allowance at once; when full, one
-    /// lease is dropped (its unspent chunk is never admitted); 0 turns
-    /// leasing off.
+    /// Counters that may hold leased allowance at once; when full, a new
+    /// counter takes the place of one with nothing leased left (of a few
+    /// looked at), or is not remembered; 0 turns leasing off.
     #[arg(long, env = "SLUICE_ALLOWANCE_KEYS", default_value_t = 100_000)]
     pub(crate) allowance_keys: usize,
     /// The largest chunk of a limit leased at once (also at most an eighth

@@ -45,6 +45,18 @@ const TRUST_US: u64 = 500_000;
 /// A chunk is at most this fraction of the headroom (1/8).
 const HEADROOM_SHARE: u64 = 8;
 
+/// Whose answer a lease entry is made from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// A take of a chunk: its lease replaces the entry.
+    Take,
+    /// A request's own hits: remembered for its next request's chunk.
+    Plain,
+}
+
+/// Entries looked at to make room in a full shard.
+const SAMPLE: usize = 8;
+
 /// What to do with one increment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Plan {
@@ -72,6 +84,47 @@ struct Lease {
     seen: u64,
     /// A take in flight since this µs (0: none): the others ask plainly.
     taking_us: u64,
+}
+
+impl Lease {
+    /// The entry of a plain answer: the store's count `after` for `inc`,
+    /// no position of it leased.
+    fn of(inc: &Increment, after: u64) -> Lease {
+        Lease {
+            start: inc.window.start,
+            end_s: inc.window.end(),
+            next: after.saturating_add(1),
+            last: after,
+            at_us: inc.at_us,
+            chunk: inc.hits,
+            spent: inc.hits,
+            seen: after,
+            taking_us: 0,
+        }
+    }
+
+    /// Whether a newcomer may take this entry's place: nothing leased is
+    /// left in it and no take is in flight for it.
+    fn idle(&self) -> bool {
+        self.left() == 0 && self.taking_us == 0
+    }
+
+    /// Gives `inc` the next position of this lease, when the lease is of
+    /// its window and the position is within the lease and `inc`'s limit.
+    fn spend(&mut self, inc: &Increment) -> Option<u64> {
+        let pos = self.next.saturating_add(inc.hits - 1);
+        if self.start != inc.window.start || pos > self.last || pos > u64::from(inc.limit) {
+            return None;
+        }
+        self.next = pos.saturating_add(1);
+        self.spent = self.spent.saturating_add(inc.hits);
+        Some(pos)
+    }
+
+    /// Leased positions not spent yet.
+    fn left(&self) -> u64 {
+        self.last.saturating_add(1).saturating_sub(self.next)
+    }
 }
 
 /// Leases of one instance, bounded in counters.
@@ -130,16 +183,16 @@ impl Allowance {
         };
         let same = l.start == inc.window.start;
         let trusted = inc.at_us < l.at_us.saturating_add(TRUST_US);
-        let pos = l.next.saturating_add(inc.hits - 1);
-        if same && trusted && l.taking_us == 0 && pos <= l.last && pos <= u64::from(inc.limit) {
-            l.next = pos.saturating_add(1);
-            l.spent = l.spent.saturating_add(inc.hits);
+        if trusted
+            && l.taking_us == 0
+            && let Some(pos) = l.spend(inc)
+        {
             return Plan::Served(Tally::Count(pos));
         }
         let taking = l.taking_us != 0 && inc.at_us < l.taking_us.saturating_add(TRUST_US);
         // Positions left but not trusted now: the store is asked plainly,
         // and its count renews the lease or voids it (see `answered`).
-        if taking || (same && l.next <= l.last) {
+        if taking || (same && l.left() > 0) {
             return Plan::Plain;
         }
         let chunk = self.chunk(l, inc, same && trusted);
@@ -161,7 +214,7 @@ impl Allowance {
             0
         };
         let headroom = u64::from(inc.limit).saturating_sub(seen);
-        let want = if fresh && l.next > l.last {
+        let want = if fresh && l.left() == 0 {
             l.chunk.saturating_mul(2).max(2)
         } else {
             l.spent.max(1)
@@ -180,16 +233,9 @@ impl Allowance {
             return tally;
         }
         let mut map = self.shard(&inc.key).lock();
-        let Some(l) = map.get_mut(&inc.key) else {
-            return tally;
-        };
-        let pos = l.next.saturating_add(inc.hits - 1);
-        if l.start != inc.window.start || pos > l.last || pos > u64::from(inc.limit) {
-            return tally;
-        }
-        l.next = pos.saturating_add(1);
-        l.spent = l.spent.saturating_add(inc.hits);
-        Tally::Count(pos)
+        map.get_mut(&inc.key)
+            .and_then(|l| l.spend(inc))
+            .map_or(tally, Tally::Count)
     }
 
     /// The store answered a take of `chunk` for `inc` with `tally`: the
@@ -204,15 +250,14 @@ impl Allowance {
             return tally;
         };
         let pos = after.saturating_sub(chunk).saturating_add(inc.hits);
-        let had = had_us.max(inc.at_us);
-        let next = pos.saturating_add(1);
-        self.remember(
-            inc,
-            next,
-            after.min(u64::from(inc.limit)),
+        let lease = Lease {
+            next: pos.saturating_add(1),
+            last: after.min(u64::from(inc.limit)),
+            at_us: had_us.max(inc.at_us),
             chunk,
-            (after, had),
-        );
+            ..Lease::of(inc, after)
+        };
+        self.remember(inc, lease, Source::Take);
         Tally::Count(pos)
     }
 
@@ -222,43 +267,26 @@ impl Allowance {
         if let Tally::Count(after) = *tally
             && self.eligible(inc)
         {
-            let next = after.saturating_add(1);
-            self.remember(inc, next, after, inc.hits, (after, inc.at_us));
+            self.remember(inc, Lease::of(inc, after), Source::Plain);
         }
     }
 
-    /// Keeps what the store said (`seen`: its count, and when it was had).
-    fn remember(&self, inc: &Increment, next: u64, last: u64, chunk: u64, seen: (u64, u64)) {
-        let (seen, had_us) = seen;
-        let lease = Lease {
-            start: inc.window.start,
-            end_s: inc.window.end(),
-            next,
-            last,
-            at_us: had_us,
-            chunk,
-            spent: inc.hits,
-            seen,
-            taking_us: 0,
-        };
+    /// Keeps what the store said for `inc`: a take's lease replaces the
+    /// counter's entry; a plain answer renews or voids it ([`Self::renew`]).
+    fn remember(&self, inc: &Increment, lease: Lease, source: Source) {
         let mut map = self.shard(&inc.key).lock();
-        match map.get_mut(&inc.key) {
-            // A plain answer: one lease per counter at a time, so a live
-            // lease and a take in flight are kept.
-            Some(l) if chunk == inc.hits => self.renew(l, inc, seen, lease),
-            Some(l) => {
+        match (map.get_mut(&inc.key), source) {
+            (Some(l), Source::Plain) => self.renew(l, inc, lease),
+            (Some(l), Source::Take) => {
                 self.strand(l);
                 *l = lease;
             }
-            None => {
-                if map.len() >= self.per_shard {
-                    // Full: drop one, found in O(1). Its unspent positions
-                    // are stranded (never admitted), never given twice.
-                    if let Some(old) = map.keys().next().cloned()
-                        && let Some(l) = map.remove(&old)
-                    {
-                        self.strand(&l);
-                    }
+            (None, _) => {
+                if map.len() >= self.per_shard && !self.make_room(&mut map) {
+                    // Every sampled entry holds leased hits: the newcomer
+                    // is not remembered (a take's hits are stranded).
+                    self.strand(&lease);
+                    return;
                 }
                 map.insert(inc.key.clone(), lease);
             }
@@ -271,22 +299,35 @@ impl Allowance {
     /// the lease is trusted anew; a count below it (a reset, or refunds
     /// through other instances) voids the lease. An answer to a request
     /// older than the lease says nothing of it.
-    fn renew(&self, l: &mut Lease, inc: &Increment, after: u64, plain: Lease) {
-        let left = l.start == inc.window.start && l.next <= l.last;
-        if left && inc.at_us < l.at_us {
-            l.seen = l.seen.max(after);
-            return;
-        }
-        if left && after.saturating_sub(inc.hits) >= l.last {
-            l.at_us = l.at_us.max(inc.at_us);
-            l.seen = l.seen.max(after);
-            return;
+    fn renew(&self, l: &mut Lease, inc: &Increment, plain: Lease) {
+        let after = plain.seen;
+        if l.start == inc.window.start && l.left() > 0 {
+            let older = inc.at_us < l.at_us;
+            if older || after.saturating_sub(inc.hits) >= l.last {
+                if !older {
+                    l.at_us = inc.at_us;
+                }
+                l.seen = l.seen.max(after);
+                return;
+            }
         }
         self.strand(l);
         *l = Lease {
             taking_us: l.taking_us,
             ..plain
         };
+    }
+
+    /// Drops one idle entry of a full shard, among the first [`SAMPLE`]:
+    /// a flood of new keys never strands another counter's leased hits.
+    /// False when none is idle.
+    fn make_room(&self, map: &mut HashMap<CounterKey, Lease>) -> bool {
+        let idle = map
+            .iter()
+            .take(SAMPLE)
+            .find(|(_, l)| l.idle())
+            .map(|(k, _)| k.clone());
+        idle.and_then(|k| map.remove(&k)).is_some()
     }
 
     /// A take that got no count (the store failed): the next may try again.
@@ -320,7 +361,7 @@ impl Allowance {
 
     /// Counts what `l` leased and will never spend.
     fn strand(&self, l: &Lease) {
-        let left = l.last.saturating_add(1).saturating_sub(l.next);
+        let left = l.left();
         if left > 0 {
             self.stranded.fetch_add(left, Relaxed);
         }

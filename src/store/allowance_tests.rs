@@ -1,19 +1,9 @@
 use super::*;
-use crate::limiter::{Unit, Window};
 
 fn at(v: &str, limit: u32, at_us: u64) -> Increment {
     Increment {
-        key: CounterKey::new("d", Unit::Minute, [("k", v)]),
-        hits: 1,
-        at_us,
-        refund: false,
-        cacheable: true,
         leasable: true,
-        slot: None,
-        limit,
-        window: Window::containing(Unit::Minute, Now(at_us / 1_000_000)),
-        algorithm: Algorithm::FixedWindow,
-        on_failure: None,
+        ..Increment::test_hit(v, limit, at_us)
     }
 }
 
@@ -239,4 +229,27 @@ fn a_refusal_is_answered_from_a_lease_the_instance_holds() {
     // Nothing left: a refusal stays one.
     assert_eq!(a.rescue(&waiting, Tally::Count(52)), Tally::Count(52));
     assert_eq!(a.sweep(Now(1_000_000)), 0, "nothing stranded");
+}
+
+/// A flood of new keys into a full map never evicts a counter's live
+/// lease: its leased hits would be admitted by no one, and its client
+/// refused short of its limit.
+#[test]
+fn a_flood_of_new_keys_never_strands_a_live_lease() {
+    // One entry per shard: every newcomer of the hot key's shard must
+    // make room.
+    let a = Allowance::new(1, 4096);
+    let mut store = Shared(0);
+    for i in 0..8 {
+        store.request(&a, &at("hot", 10_000, 60_000_000 + i));
+    }
+    for i in 0..2_000 {
+        let inc = at(&format!("flood{i}"), 10_000, 60_000_100);
+        a.answered(&inc, &Tally::Count(1));
+    }
+    assert!(matches!(
+        a.plan(&at("hot", 10_000, 60_000_200)),
+        Plan::Served(_)
+    ));
+    assert_eq!(a.sweep(Now(0)), 0, "nothing stranded");
 }

@@ -135,27 +135,13 @@ impl OverLimitCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::{Unit, Window};
 
     fn inc(v: &str, limit: u32, now: u64) -> Increment {
         at(v, limit, now * 1_000_000)
     }
 
     fn at(v: &str, limit: u32, at_us: u64) -> Increment {
-        let now = at_us / 1_000_000;
-        Increment {
-            key: CounterKey::new("d", Unit::Minute, [("k", v)]),
-            hits: 1,
-            at_us,
-            refund: false,
-            cacheable: true,
-            leasable: false,
-            slot: None,
-            limit,
-            window: Window::containing(Unit::Minute, Now(now)),
-            algorithm: Algorithm::FixedWindow,
-            on_failure: None,
-        }
+        Increment::test_hit(v, limit, at_us)
     }
 
     #[test]

@@ -66,6 +66,29 @@ pub struct Increment {
     pub on_failure: Option<FailurePolicy>,
 }
 
+#[cfg(test)]
+impl Increment {
+    /// One hit on the counter `k=value` of domain `d`, a fixed window of a
+    /// minute, at the clock reading `at_us` (unit tests' increment).
+    pub(crate) fn test_hit(value: &str, limit: u32, at_us: u64) -> Increment {
+        let now = crate::limiter::Now(at_us / 1_000_000);
+        let minute = crate::limiter::Unit::Minute;
+        Increment {
+            key: CounterKey::new("d", minute, [("k", value)]),
+            hits: 1,
+            at_us,
+            refund: false,
+            cacheable: true,
+            leasable: false,
+            slot: None,
+            limit,
+            window: Window::containing(minute, now),
+            algorithm: Algorithm::FixedWindow,
+            on_failure: None,
+        }
+    }
+}
+
 /// Why a store could not count.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {

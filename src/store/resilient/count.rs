@@ -59,11 +59,15 @@ impl Resilient {
                 _ => None,
             })
             .collect();
-        let asked: Vec<(&Increment, Option<u64>)> = batch
+        // Each increment asked, with what goes to the store in its place:
+        // itself, or its take.
+        let mut copies = takes.iter();
+        let asked: Vec<(&Increment, &Increment)> = batch
             .iter()
             .zip(&steps)
             .filter_map(|(inc, s)| match s {
-                Step::Ask(chunk) => Some((inc, *chunk)),
+                Step::Ask(Some(_)) => copies.next().map(|take| (inc, take)),
+                Step::Ask(None) => Some((inc, inc)),
                 Step::Leased(_) | Step::Cached(_) => None,
             })
             .collect();
@@ -71,7 +75,7 @@ impl Resilient {
         let got = if asked.is_empty() {
             Vec::new()
         } else {
-            self.ask(&asked, &takes, deadline).await?
+            self.ask(&asked, deadline).await?
         };
         // Answers fill the gaps left by what was answered here, in order;
         // both have exactly one count per increment asked, so nothing is
@@ -105,35 +109,26 @@ impl Resilient {
         }
     }
 
-    /// Asks the store for `asked` (a take's chunk from `takes`, in order),
-    /// or the failure policy when it cannot count.
+    /// Asks the store for what `asked` sends (a request's hits, or its
+    /// take's chunk), or the failure policy when it cannot count.
     async fn ask(
         &self,
-        asked: &[(&Increment, Option<u64>)],
-        takes: &[Increment],
+        asked: &[(&Increment, &Increment)],
         deadline: Option<Instant>,
     ) -> Result<Vec<Tally>, StoreError> {
-        let mut chunks = takes.iter();
-        let wire: Vec<&Increment> = asked
-            .iter()
-            .map(|(inc, chunk)| match chunk {
-                Some(_) => chunks.next().unwrap_or(inc),
-                None => inc,
-            })
-            .collect();
+        let wire: Vec<&Increment> = asked.iter().map(|(_, sent)| *sent).collect();
         let own = || asked.iter().map(|(inc, _)| *inc);
         let result = self.ask_primary(&wire, deadline).await;
         if result.is_err() {
-            for (inc, _) in asked.iter().filter(|(_, c)| c.is_some()) {
+            for (inc, _) in asked.iter().filter(|(inc, sent)| is_take(inc, sent)) {
                 self.allowance.abandon(inc);
             }
         }
         match result {
             Ok(got) => Ok(asked
                 .iter()
-                .zip(wire)
                 .zip(got)
-                .map(|(((inc, chunk), sent), t)| self.answered(inc, *chunk, sent, t))
+                .map(|((inc, sent), t)| self.answered(inc, sent, t))
                 .collect()),
             // The policy decides each request for its own hits: a chunk
             // the store did not count was never leased.
@@ -145,9 +140,9 @@ impl Resilient {
         }
     }
 
-    /// The store's count `t` for `sent` (the request `inc` or its take of
-    /// `chunk`), remembered, and the request's own answer.
-    fn answered(&self, inc: &Increment, chunk: Option<u64>, sent: &Increment, t: Tally) -> Tally {
+    /// The store's count `t` for `sent` (the request `inc`, or its take),
+    /// remembered, and the request's own answer.
+    fn answered(&self, inc: &Increment, sent: &Increment, t: Tally) -> Tally {
         if inc.refund {
             // This instance never refuses from what it remembered before
             // the counter went down.
@@ -155,12 +150,15 @@ impl Resilient {
             return t;
         }
         self.cache.record(sent, &t);
-        match chunk {
-            Some(chunk) => self.allowance.took(inc, chunk, t, Now::wall_us()),
-            None => {
-                self.allowance.answered(inc, &t);
-                self.allowance.rescue(inc, t)
-            }
+        if is_take(inc, sent) {
+            return self.allowance.took(inc, sent.hits, t, Now::wall_us());
         }
+        self.allowance.answered(inc, &t);
+        self.allowance.rescue(inc, t)
     }
+}
+
+/// Whether `sent` is a take of a chunk in `inc`'s place, not `inc` itself.
+fn is_take(inc: &Increment, sent: &Increment) -> bool {
+    !std::ptr::eq(inc, sent)
 }
