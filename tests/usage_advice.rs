@@ -30,6 +30,13 @@ descriptors:
         rate_limit: {algorithm: concurrency, max_in_flight: 5, lease: 10m}
   - key: tokens
     rate_limit: {unit: hour, requests_per_unit: 1000}
+  - key: watch
+    descriptors:
+      - key: id
+        shadow_mode: true
+        rate_limit: {algorithm: concurrency, max_in_flight: 2, lease: 10m}
+  - key: fast
+    rate_limit: {unit: hour, requests_per_unit: 360000, algorithm: token_bucket, burst: 1}
   - key: shadow
     shadow_mode: true
     rate_limit: {unit: hour, requests_per_unit: 5}
@@ -202,11 +209,12 @@ async fn every_shape_refunds_and_shadow_mode_count_usage() {
         ask(&mut c, "auth", &[("slide", "k")]).await;
     }
     assert_eq!(max("slide"), (14, 1));
-    // A bucket of 10: refused requests take nothing, so 10 tokens at most.
+    // A bucket's usage is the tokens asked in the window, taken or not:
+    // 14 against a rate of 1 an hour.
     for _ in 0..14 {
         ask(&mut c, "auth", &[("bucket", "k")]).await;
     }
-    assert_eq!(max("bucket"), (10, 0));
+    assert_eq!(max("bucket"), (14, 1));
     for id in ["a", "b", "c"] {
         ask(&mut c, "auth", &[("slots", "k"), ("id", id)]).await;
     }
@@ -237,10 +245,76 @@ async fn every_shape_refunds_and_shadow_mode_count_usage() {
         (v["keys_refused"].as_u64(), v["requests_refused"].as_u64()),
         (Some(1), Some(4))
     );
+    // A concurrency rule in shadow mode holds its slots past the limit (up
+    // to twice it), so the advisor sees how far demand goes past it.
+    for id in ["a", "b", "c", "d"] {
+        let d = descriptor(&[("watch", "k"), ("id", id)]);
+        let r = c.should_rate_limit(request("auth", vec![d])).await.unwrap();
+        assert_eq!(r.into_inner().overall_code, OK);
+    }
+    assert_eq!(max("watch.id"), (4, 1));
     // Bad queries: a 400 naming what.
     assert_eq!(s.get("/api/usage?domain=nope").0, 400);
     assert_eq!(s.get("/api/usage?domain=auth&rule=nope").0, 400);
     assert_eq!(s.get("/api/usage?domain=auth&rule=ip&limit=x").0, 400);
+}
+
+/// Takes (or releases) the slot `id` of `key` on the concurrency rule.
+async fn slot(c: &mut Client, key: &str, id: &str, release: bool) {
+    let mut d = descriptor(&[("slots", key), ("id", id)]);
+    d.is_negative_hits = release;
+    c.should_rate_limit(request("auth", vec![d]))
+        .await
+        .expect("slot");
+}
+
+/// Keys seen and the largest usage of `rule` across `instances`.
+fn keys_and_max(instances: &[&Sluice], rule: &str) -> (u64, u64) {
+    let (keys, _, _) = fleet(instances, rule, 1);
+    let max = instances
+        .iter()
+        .map(|s| {
+            let v = usage(s, &format!("domain=auth&rule={rule}"));
+            v["usage"]["max"].as_u64().unwrap()
+        })
+        .max();
+    (keys, max.unwrap_or(0))
+}
+
+/// A bucket refills between requests and a slot is given back between
+/// takes, yet each key is counted once per window: at the tokens it asked
+/// for, and at the most slots it held at once; through the memory store
+/// and through two instances on one Redis, the requests alternating.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buckets_and_concurrency_count_each_key_once_per_window() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let a = start(&["--redis-url", &url, "--redis-timeout", "2s"]);
+    let b = start(&["--redis-url", &url, "--redis-timeout", "2s"]);
+    let memory = start(&[]);
+    for (place, fleet) in [("memory", vec![&memory]), ("Redis", vec![&a, &b])] {
+        let mut clients = Vec::new();
+        for s in &fleet {
+            clients.push(s.client().await);
+        }
+        let n = clients.len();
+        // 100 tokens a second into a bucket of 1: 20 requests ask 20.
+        for i in 0..20 {
+            ask(&mut clients[i % n], "auth", &[("fast", "k")]).await;
+        }
+        assert_eq!(keys_and_max(&fleet, "fast"), (1, 20), "{place}");
+        // One slot taken and given back ten times, then three held at once.
+        for i in 0..10 {
+            let id = format!("s{i}");
+            slot(&mut clients[i % n], "k", &id, false).await;
+            slot(&mut clients[(i + 1) % n], "k", &id, true).await;
+        }
+        assert_eq!(keys_and_max(&fleet, "slots.id"), (1, 1), "{place}");
+        for (i, id) in ["x", "y", "z"].iter().enumerate() {
+            slot(&mut clients[i % n], "k", id, false).await;
+        }
+        assert_eq!(keys_and_max(&fleet, "slots.id"), (1, 3), "{place}");
+    }
 }
 
 /// The seeds' own example, in numbers the book quotes (docs/src/rules/choosing-a-limit.md): login attempts per

@@ -152,7 +152,7 @@ fn descriptor(d: &PeekedDescriptor, why: Option<&Explanation<'_>>) -> Value {
 /// lets it pass).
 fn limit(l: &PeekedLimit) -> Value {
     let (count, decided_by) = match l.tally {
-        Tally::Count(c) => (Some(c), "store"),
+        Tally::Count(c) | Tally::Slots { held: c, .. } => (Some(c), "store"),
         Tally::Sliding { current, .. } => (Some(current), "store"),
         // Tokens taken from a full bucket.
         Tally::Bucket { .. } => (
@@ -204,7 +204,9 @@ fn counts(limits: &[PeekedLimit]) -> String {
     limits
         .iter()
         .map(|l| match l.tally {
-            Tally::Count(c) | Tally::Sliding { current: c, .. } => format!("{}={c}", l.rule),
+            Tally::Count(c) | Tally::Sliding { current: c, .. } | Tally::Slots { held: c, .. } => {
+                format!("{}={c}", l.rule)
+            }
             _ => format!("{}=-", l.rule),
         })
         .collect::<Vec<_>>()

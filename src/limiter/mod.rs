@@ -93,9 +93,7 @@ impl Status {
 pub fn status(c: &Counted, now: Now) -> Status {
     match c.tally {
         // Slots free up whenever a request ends: worth asking again soon.
-        Tally::Count(after) if c.algorithm == Algorithm::Concurrency => {
-            counted_status(c, after, 1, Some(1))
-        }
+        Tally::Slots { held, .. } => counted_status(c, held, 1, Some(1)),
         Tally::Count(after) | Tally::Remembered(after) => {
             counted_status(c, after, c.window.seconds_until_reset(now), None)
         }
@@ -112,7 +110,7 @@ pub fn status(c: &Counted, now: Now) -> Status {
             );
             counted_status(c, after, c.window.seconds_until_reset(now), Some(wait))
         }
-        Tally::Bucket { taken, debt_us } => bucket_status(c, taken, debt_us),
+        Tally::Bucket { taken, debt_us, .. } => bucket_status(c, taken, debt_us),
         // Decided where the store failed; its status reads like a count.
         Tally::Decided(v) => {
             let tally = v.as_counted(c.algorithm, c.requests_per_unit, c.hits);
@@ -222,7 +220,7 @@ pub fn would_exceed(
 ) -> bool {
     let limit64 = u64::from(limit);
     match (*seen, *algorithm) {
-        (Tally::Count(c), _) => c.saturating_add(hits) > limit64,
+        (Tally::Count(c) | Tally::Slots { held: c, .. }, _) => c.saturating_add(hits) > limit64,
         (Tally::Sliding { current, previous }, _) => {
             let window_ms = window.period.seconds().saturating_mul(1000);
             let elapsed = now_ms.saturating_sub(window.start.0.saturating_mul(1000));

@@ -82,9 +82,20 @@ pub enum Tally {
     /// Sliding window: this window's count after adding, and the previous
     /// window's count.
     Sliding { current: u64, previous: u64 },
-    /// Token bucket: whether the hits were taken, and how far the bucket is
-    /// from full afterwards, in microseconds of refill.
-    Bucket { taken: bool, debt_us: u64 },
+    /// Token bucket: whether the hits were taken, how far the bucket is
+    /// from full afterwards, in microseconds of refill, and the tokens its
+    /// key has asked for in the current window so far, taken or not (the
+    /// usage the advisor reads; `None` when the store could not say).
+    Bucket {
+        taken: bool,
+        debt_us: u64,
+        asked: Option<u64>,
+    },
+    /// Concurrency: the slots held after taking one (one past the limit
+    /// when none was free), and, for a take, the most its key held at once
+    /// earlier in the current window (`None` for a release, a look, or a
+    /// store that could not say).
+    Slots { held: u64, peak: Option<u64> },
     /// The store did not count: a failure policy decided instead.
     Decided(Decision),
     /// A fixed window's count answered from the local over-limit cache:
@@ -110,9 +121,11 @@ impl Decision {
         let over = u64::from(limit).saturating_add(hits.max(1));
         let admit = self == Decision::Admit;
         match algorithm {
-            Algorithm::FixedWindow | Algorithm::Concurrency => {
-                Tally::Count(if admit { 0 } else { over })
-            }
+            Algorithm::FixedWindow => Tally::Count(if admit { 0 } else { over }),
+            Algorithm::Concurrency => Tally::Slots {
+                held: if admit { 0 } else { over },
+                peak: None,
+            },
             Algorithm::SlidingWindow => Tally::Sliding {
                 current: if admit { 0 } else { over },
                 previous: 0,
@@ -120,6 +133,7 @@ impl Decision {
             Algorithm::TokenBucket { refill, .. } => Tally::Bucket {
                 taken: admit,
                 debt_us: if admit { 0 } else { refill.tolerance_us },
+                asked: None,
             },
         }
     }
@@ -171,6 +185,7 @@ impl Refill {
                 Tally::Bucket {
                     taken: false,
                     debt_us: base - now_us,
+                    asked: None,
                 },
             )
         } else {
@@ -179,6 +194,7 @@ impl Refill {
                 Tally::Bucket {
                     taken: true,
                     debt_us: after - now_us,
+                    asked: None,
                 },
             )
         }
@@ -198,17 +214,35 @@ impl Refill {
             Tally::Bucket {
                 taken: true,
                 debt_us: back - now_us,
+                asked: None,
             },
         )
     }
 }
 
 impl Tally {
+    /// A token bucket's tally with the tokens its key asked for in the
+    /// window (any other tally as it is).
+    pub fn with_asked(self, asked: Option<u64>) -> Tally {
+        match self {
+            Tally::Bucket { taken, debt_us, .. } => Tally::Bucket {
+                taken,
+                debt_us,
+                asked,
+            },
+            other => other,
+        }
+    }
+
     /// What a counter that is not there reads: empty (a refund of it makes
     /// nothing).
     pub fn empty(algorithm: Algorithm) -> Tally {
         match algorithm {
-            Algorithm::FixedWindow | Algorithm::Concurrency => Tally::Count(0),
+            Algorithm::FixedWindow => Tally::Count(0),
+            Algorithm::Concurrency => Tally::Slots {
+                held: 0,
+                peak: None,
+            },
             Algorithm::SlidingWindow => Tally::Sliding {
                 current: 0,
                 previous: 0,
@@ -216,6 +250,7 @@ impl Tally {
             Algorithm::TokenBucket { .. } => Tally::Bucket {
                 taken: true,
                 debt_us: 0,
+                asked: None,
             },
         }
     }
@@ -289,6 +324,7 @@ mod tests {
         let Tally::Bucket {
             taken: false,
             debt_us,
+            ..
         } = tally
         else {
             panic!("{tally:?}")

@@ -168,6 +168,7 @@ fn a_bucket_in_shadow_mode_reports_but_never_blocks() {
         tally: Tally::Bucket {
             taken: false,
             debt_us: 1_000_000,
+            asked: None,
         },
         elapsed_ms: 0,
         shadow: true,

@@ -143,9 +143,7 @@ impl RateLimiter {
     ) -> (limiter::Status, DescriptorStatus) {
         let s = c.decide(d.hits, d.refund, tally, now_ms, &self.settings.knobs);
         // Which usage levels this key crossed (one or two relaxed adds).
-        if let Some((before, after, hits)) =
-            crate::usage::crossing(c.algorithm, tally, &s, d.hits, d.refund)
-        {
+        if let Some((before, after, hits)) = crate::usage::crossing(tally, d.hits, d.refund) {
             let window = c.period.seconds();
             c.stats
                 .usage

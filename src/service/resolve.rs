@@ -94,11 +94,23 @@ impl Counting<'_> {
             // would void other instances' leases again and again: it asks
             // the store for every request, as `leased_allowance: false`.
             leasable: !refundable && self.rule.is_none_or(|r| r.leased_allowance),
-            limit: self.requests_per_unit,
+            limit: self.store_limit(),
             window: Window::containing(self.period, Now(at_us / 1_000_000)),
             algorithm: self.algorithm,
             on_failure: self.rule.and_then(|r| r.on_failure),
             slot: self.slot.clone(),
+        }
+    }
+
+    /// The limit the store holds the count against. A concurrency rule in
+    /// shadow mode refuses no one, so its requests really are in flight:
+    /// the store holds their slots up to twice its limit, so its usage
+    /// shows how far demand goes past the limit (and stays bounded).
+    fn store_limit(&self) -> u32 {
+        let shadow = self.rule.is_some_and(|r| r.shadow_mode);
+        match self.algorithm {
+            Algorithm::Concurrency if shadow => self.requests_per_unit.saturating_mul(2),
+            _ => self.requests_per_unit,
         }
     }
 

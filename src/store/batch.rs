@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use super::StoreError;
 use super::coalesce::Coalesced;
 use super::pool::{Manager, Pooled};
-use super::script::{Op, decode};
+use super::script::{ANSWERS, Op, decode};
 use crate::limiter::Tally;
 
 /// Keys above which a batch is sent without waiting for more.
@@ -195,7 +195,7 @@ async fn send(pool: Pooled<Manager>, script: Arc<Script>, jobs: Vec<Job>) {
         Ok(raw) => {
             let mut rest = raw.as_slice();
             for job in jobs {
-                let (mine, tail) = rest.split_at((job.ops.len() * 2).min(rest.len()));
+                let (mine, tail) = rest.split_at((job.ops.len() * ANSWERS).min(rest.len()));
                 rest = tail;
                 // Each request gets its own tallies, or its own error: one
                 // request's refused counter never fails the others.

@@ -12,7 +12,7 @@
 //! floor at 0 would not split back into per-request counts.
 
 use super::StoreError;
-use super::script::Op;
+use super::script::{ANSWERS, Op, add_args};
 
 /// Batches are small and their keys are ours: a fast, unkeyed-enough hash.
 type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
@@ -32,7 +32,7 @@ pub(super) struct Coalesced<'a> {
 
 struct Merged<'a> {
     keys: &'a [String],
-    args: [u64; 5],
+    args: [u64; 6],
     slot: &'a str,
 }
 
@@ -99,23 +99,22 @@ impl<'a> Coalesced<'a> {
             for key in m.keys {
                 inv.key(key);
             }
-            for a in m.args {
-                inv.arg(a);
-            }
-            inv.arg(m.slot);
+            add_args(inv, &m.args, m.slot);
         }
     }
 
-    /// The two answers per original increment, from the script's two per
-    /// merged one. A reply of the wrong length is the store's fault.
+    /// The answers per original increment, from the script's per merged
+    /// one. A reply of the wrong length is the store's fault.
     pub(super) fn answers(&self, raw: &[i64]) -> Result<Vec<i64>, StoreError> {
-        super::same_length(raw.len(), self.merged.len() * 2)?;
-        let mut out = Vec::with_capacity(self.shares.len() * 2);
+        super::same_length(raw.len(), self.merged.len() * ANSWERS)?;
+        let mut out = Vec::with_capacity(self.shares.len() * ANSWERS);
         for share in &self.shares {
             let i = share.merged;
-            let (Some(&a), Some(&b), Some(m)) =
-                (raw.get(2 * i), raw.get(2 * i + 1), self.merged.get(i))
-            else {
+            let (Some(&[a, b, c]), Some(m)) = (
+                raw.get(ANSWERS * i..ANSWERS * (i + 1))
+                    .and_then(|r| <&[i64; ANSWERS]>::try_from(r).ok()),
+                self.merged.get(i),
+            ) else {
                 return Err(StoreError::BadReply("short reply".into()));
             };
             let after = m.args[1] - share.through;
@@ -126,7 +125,7 @@ impl<'a> Coalesced<'a> {
             } else {
                 a.saturating_sub(i64::try_from(after).unwrap_or(i64::MAX))
             };
-            out.extend([a, b]);
+            out.extend([a, b, c]);
         }
         Ok(out)
     }

@@ -169,7 +169,18 @@ impl MemcacheStore {
                 let previous = self.previous(pools, &mut conn, server, inc).await?;
                 Ok(Tally::Sliding { current, previous })
             }
-            Algorithm::TokenBucket { refill, .. } => bucket(&mut conn, &key, inc, refill).await,
+            Algorithm::TokenBucket { refill, .. } => {
+                let tally = bucket(&mut conn, &key, inc, refill).await?;
+                drop(conn);
+                // The tokens asked in the window, a count of its own (the
+                // advisor's usage; the decision never waits on its failure).
+                let (used, server) = self.key(inc, window.start.0);
+                let asked = match pool_of(pools, server)?.get().await {
+                    Ok(mut conn) => conn.window_count(&used, inc, ttl).await.ok(),
+                    Err(_) => None,
+                };
+                Ok(tally.with_asked(asked))
+            }
         }
     }
 

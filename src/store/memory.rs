@@ -27,6 +27,9 @@ use super::leases::Leases;
 use super::{BoxFuture, CounterStats, Increment, Store, StoreError, StoreHealth};
 use crate::limiter::Now;
 use crate::limiter::{Algorithm, Tally};
+use apply::{apply, give_back};
+
+mod apply;
 
 const SHARDS: usize = 64;
 /// Counters looked at to choose one to drop when a shard is full.
@@ -40,13 +43,17 @@ struct Slot {
     start: u32,
     /// The first second after the window: the slot is garbage from then on.
     end: u32,
-    /// The limit the count is held against, to keep over-limit counters.
+    /// Windows: the limit the count is held against, to keep over-limit
+    /// counters. Token bucket: the first second of the window `previous`
+    /// counts in.
     limit: u32,
     /// Fixed window: the count. Sliding: this window's count. Token bucket:
     /// the theoretical arrival time, in microseconds since the epoch.
     count: u64,
     /// Sliding window: the previous window's count, saturating (any count
-    /// past `u32::MAX` is over every limit); 4 bytes keep the slot at 24.
+    /// past `u32::MAX` is over every limit). Token bucket: the tokens asked
+    /// for in the window starting at `limit` (the usage the advisor reads),
+    /// saturating. 4 bytes keep the slot at 24.
     previous: u32,
 }
 
@@ -65,7 +72,9 @@ impl Slot {
             return (false, false, 0);
         }
         if self.start == BUCKET {
-            let debt = u64::from(self.end.saturating_sub(now));
+            // How long until full: a full bucket kept only for its usage
+            // goes first.
+            let debt = (self.count / 1_000_000).saturating_sub(u64::from(now));
             return (true, false, debt);
         }
         (true, self.count >= u64::from(self.limit), self.count)
@@ -211,7 +220,6 @@ impl MemoryStore {
                     count: 0,
                     previous: 0,
                 });
-                slot.limit = inc.limit;
                 apply(slot, inc, now_us)
             })
             .collect()
@@ -262,84 +270,6 @@ impl MemoryStore {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-}
-
-/// One increment on its slot, by the rule's algorithm.
-fn apply(slot: &mut Slot, inc: &Increment, now_us: u64) -> Tally {
-    let (start, end) = (secs(inc.window.start.0), secs(inc.window.end()));
-    match inc.algorithm {
-        Algorithm::FixedWindow => {
-            if slot.start != start {
-                (slot.start, slot.end, slot.count) = (start, end, 0);
-            }
-            slot.count = slot.count.saturating_add(inc.hits);
-            Tally::Count(slot.count)
-        }
-        Algorithm::SlidingWindow => {
-            if slot.start != start {
-                let previous = secs(inc.window.previous().start.0);
-                slot.previous = if slot.start == previous {
-                    u32::try_from(slot.count).unwrap_or(u32::MAX)
-                } else {
-                    0
-                };
-                slot.count = 0;
-                slot.start = start;
-                // Kept through the next window, which weighs this one.
-                slot.end = secs(inc.window.end() + inc.window.period.seconds());
-            }
-            slot.count = slot.count.saturating_add(inc.hits);
-            Tally::Sliding {
-                current: slot.count,
-                previous: u64::from(slot.previous),
-            }
-        }
-        // Held in the leases, never in a slot.
-        Algorithm::Concurrency => Tally::Count(0),
-        Algorithm::TokenBucket { refill, .. } => {
-            let tat = if slot.start == BUCKET { slot.count } else { 0 };
-            let (tat, tally) = refill.take(tat, now_us, inc.hits);
-            slot.start = BUCKET;
-            slot.count = tat;
-            // Full again (and so the same as no slot) from then on.
-            slot.end = secs(tat.div_ceil(1_000_000));
-            tally
-        }
-    }
-}
-
-/// A refund on its slot: the current window's count goes down, floored at
-/// 0; a bucket gets its tokens back, up to full.
-fn give_back(slot: &mut Slot, inc: &Increment, now_us: u64) -> Tally {
-    let start = secs(inc.window.start.0);
-    match inc.algorithm {
-        Algorithm::FixedWindow if slot.start == start => {
-            slot.count = slot.count.saturating_sub(inc.hits);
-            Tally::Count(slot.count)
-        }
-        Algorithm::SlidingWindow if slot.start == start => {
-            slot.count = slot.count.saturating_sub(inc.hits);
-            Tally::Sliding {
-                current: slot.count,
-                previous: u64::from(slot.previous),
-            }
-        }
-        // The slot still holds the previous window: this one has no count.
-        Algorithm::SlidingWindow if slot.start == secs(inc.window.previous().start.0) => {
-            Tally::Sliding {
-                current: 0,
-                previous: slot.count,
-            }
-        }
-        Algorithm::TokenBucket { refill, .. } if slot.start == BUCKET => {
-            let (tat, tally) = refill.give_back(slot.count, now_us, inc.hits);
-            slot.count = tat;
-            slot.end = secs(tat.div_ceil(1_000_000));
-            tally
-        }
-        // An older window's slot, or another shape's: nothing to give back.
-        _ => Tally::empty(inc.algorithm),
     }
 }
 

@@ -286,3 +286,59 @@ mod sliding_worst_case {
         assert!(tenth <= 110 + 1, "{tenth}");
     }
 }
+
+#[test]
+fn a_token_bucket_reports_the_tokens_its_key_asked_for_in_the_window() {
+    let s = MemoryStore::default();
+    // 5 per 10 s (a token every 2 s) in a bucket of 1.
+    let b = |now| shaped("b", Algorithm::token_bucket(5, 10, 1), now);
+    let ask = |i: &Increment, us: u64| match s.count(&[at_us(i, us)])[0] {
+        Tally::Bucket { taken, asked, .. } => (taken, asked),
+        other => panic!("{other:?}"),
+    };
+    // Refilled between the first two: the bucket is as full each time,
+    // yet the key has asked for 1, then 2, then 3 (refused, still asked).
+    assert_eq!(ask(&b(100), 100_000_000), (true, Some(1)));
+    assert_eq!(ask(&b(100), 103_000_000), (true, Some(2)));
+    assert_eq!(ask(&b(100), 103_000_001), (false, Some(3)));
+    // A refund lowers it; a new window starts again.
+    let refund = Increment {
+        refund: true,
+        ..b(100)
+    };
+    assert_eq!(ask(&refund, 104_000_000), (true, Some(2)));
+    assert_eq!(ask(&b(110), 110_000_000), (true, Some(1)));
+    // Kept while its window's usage counts, though the bucket is full.
+    assert_eq!(s.sweep(Now(119)), 1);
+    assert_eq!(s.sweep(Now(120)), 0);
+}
+
+#[test]
+fn a_concurrency_take_reports_the_most_its_key_held_before_in_the_window() {
+    let s = MemoryStore::default();
+    let slot = |id: &str, now: u64, refund: bool| Increment {
+        slot: Some(id.into()),
+        refund,
+        ..shaped("c", Algorithm::Concurrency, now)
+    };
+    let take = |i: Increment| match s.count(&[i])[0] {
+        Tally::Slots { held, peak } => (held, peak),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(take(slot("a", 100, false)), (1, Some(0)));
+    // A release reports no peak, and its counter outlives its last slot
+    // through the window, so taking one again is no new peak.
+    assert_eq!(take(slot("a", 101, true)), (0, None));
+    s.sweep(Now(102));
+    assert_eq!(take(slot("b", 102, false)), (1, Some(1)));
+    assert_eq!(take(slot("c", 103, false)), (2, Some(1)));
+    assert_eq!(take(slot("d", 104, false)), (3, Some(2)));
+    // A look takes nothing and reports no peak.
+    let look = Increment {
+        hits: 0,
+        ..slot("e", 104, false)
+    };
+    assert_eq!(take(look), (3, None));
+    // The next window's peak starts again.
+    assert_eq!(take(slot("e", 110, false)), (4, Some(0)));
+}

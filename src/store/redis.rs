@@ -21,7 +21,7 @@ mod keys;
 mod reset;
 mod target;
 
-pub use keys::{KeyFormat, render_key};
+pub use keys::{KeyFormat, render_key, usage_key};
 use target::seeds;
 pub use target::{RedisTarget, mask};
 
@@ -255,7 +255,12 @@ impl RedisStore {
             Algorithm::SlidingWindow => {
                 vec![key(inc.window.start.0), key(inc.window.previous().start.0)]
             }
-            Algorithm::TokenBucket { .. } | Algorithm::Concurrency => vec![key(0)],
+            // The counter, and its key's usage in the current window.
+            Algorithm::TokenBucket { .. } | Algorithm::Concurrency => {
+                let counter = key(0);
+                let usage = usage_key(&counter, inc.window.start.0);
+                vec![counter, usage]
+            }
         }
     }
 
@@ -324,13 +329,14 @@ async fn probe_script(
         .arg(0)
         .arg(0)
         .arg("")
+        .arg(EXPIRY_SLACK_SECONDS)
         .invoke_async(conn)
         .await
         .map_err(|e| classify(&e))?;
     // Only ever incremented by 0, the probe key holds 0: a proxy or fake
     // that answers a fixed count is caught here.
     match raw.as_slice() {
-        [0, 0] => Ok(started.elapsed()),
+        [0, 0, 0] => Ok(started.elapsed()),
         other => Err(StoreError::BadReply(format!(
             "probe script answered {other:?}"
         ))),

@@ -1,19 +1,25 @@
 //! The one Lua script every Redis call runs, and how increments become its
 //! arguments and its answer becomes tallies.
 //!
-//! Each increment is six arguments (`kind`, plus 4 for a refund, `hits`,
-//! `ttl`, two that depend on the kind, and a concurrency slot's id or empty)
-//! and one key, or two for a sliding window (this window's and the previous
-//! one's, in one hash slot). Each answers two integers:
+//! Each increment is seven arguments (`kind`, plus 4 for a refund, `hits`,
+//! `ttl`, two that depend on the kind, a concurrency slot's id or empty, and
+//! the seconds its usage key is kept) and one key, or two: a sliding
+//! window's previous window, a token bucket's or a concurrency counter's
+//! usage key for the current window, in the same hash slot. Each answers
+//! three integers, the third being the usage the advisor reads (0 for a
+//! window, whose count is its usage; -1 when the script could not say):
 //! - fixed window: the count after `INCRBY`, and 0;
 //! - sliding window: this window's count after `INCRBY`, and the previous
 //!   window's count;
-//! - token bucket: 1 if the hits were taken (else 0), and how far the bucket
-//!   is from full in microseconds. The time is Redis's own (`TIME`), so the
+//! - token bucket: 1 if the hits were taken (else 0), how far the bucket
+//!   is from full in microseconds, and the tokens its key asked for in the
+//!   window so far, taken or not. The time is Redis's own (`TIME`), so the
 //!   clocks of the sluice instances sharing a bucket do not matter.
 //! - concurrency: the slots held after taking one (a sorted set of slot ids
 //!   scored by when their lease ends, on Redis's clock), or one past the
-//!   limit when none was free; and 0. Ended leases are dropped first.
+//!   limit when none was free; 0; and for a take, the most the key held at
+//!   once earlier in the window (-1 for a release or a look). Ended leases
+//!   are dropped first.
 //!
 //! A refund (`is_negative_hits`) answers the same two integers after giving
 //! the hits back: `DECRBY` floored at 0 on a counter that exists (a missing
@@ -31,25 +37,55 @@ pub(super) const SCRIPT: &str = r"
 local out = {}
 local k = 1
 local now = nil
+local function asked(key, hits, ttl, refund)
+  local n
+  if refund then
+    if redis.call('EXISTS', key) == 0 then return 0 end
+    n = redis.pcall('DECRBY', key, hits)
+    if type(n) == 'table' then return -1 end
+    if n < 0 then
+      redis.call('SET', key, 0, 'KEEPTTL')
+      n = 0
+    end
+    return n
+  end
+  if tonumber(hits) == 0 then
+    n = redis.pcall('GET', key)
+    if type(n) == 'table' then return -1 end
+    return tonumber(n) or 0
+  end
+  n = redis.pcall('INCRBY', key, hits)
+  if type(n) == 'table' then return -1 end
+  redis.call('EXPIRE', key, ttl)
+  return n
+end
+local function peak(key, held, ttl)
+  local p = redis.pcall('GET', key)
+  if type(p) == 'table' then return -1 end
+  p = tonumber(p) or 0
+  if held > p then redis.call('SET', key, held, 'EX', ttl) end
+  return p
+end
 local function refused(e)
   e = e or ''
   if string.find(e, 'overflow', 1, true) then return -1 end
   if string.find(e, 'WRONGTYPE', 1, true) or string.find(e, 'not an integer', 1, true) then return -2 end
   return nil
 end
-for i = 0, #ARGV / 6 - 1 do
-  local kind, hits, ttl = tonumber(ARGV[6*i+1]), ARGV[6*i+2], ARGV[6*i+3]
+for i = 0, #ARGV / 7 - 1 do
+  local kind, hits, ttl = tonumber(ARGV[7*i+1]), ARGV[7*i+2], ARGV[7*i+3]
   local refund = kind >= 4
   if refund then kind = kind - 4 end
   local key = KEYS[k]
   k = k + 1
-  local a, b = 0, 0
+  local a, b, c = 0, 0, 0
+  local uttl = tonumber(ARGV[7*i+7])
   if kind == 3 then
     if now == nil then
       local t = redis.call('TIME')
       now = tonumber(t[1]) * 1000000 + tonumber(t[2])
     end
-    local limit, lease, slot = tonumber(ARGV[6*i+4]), tonumber(ARGV[6*i+5]), ARGV[6*i+6]
+    local limit, lease, slot = tonumber(ARGV[7*i+4]), tonumber(ARGV[7*i+5]), ARGV[7*i+6]
     local swept = redis.pcall('ZREMRANGEBYSCORE', key, '-inf', now)
     if type(swept) == 'table' then
       local r = refused(swept.err)
@@ -71,12 +107,15 @@ for i = 0, #ARGV / 6 - 1 do
         redis.call('PEXPIRE', key, math.ceil(lease / 1000) + ttl * 1000)
       end
     end
+    c = -1
+    if not refund and tonumber(hits) > 0 and a >= 0 then c = peak(KEYS[k], a, uttl) end
+    k = k + 1
   elseif kind == 2 then
     if now == nil then
       local t = redis.call('TIME')
       now = tonumber(t[1]) * 1000000 + tonumber(t[2])
     end
-    local interval, tolerance = tonumber(ARGV[6*i+4]), tonumber(ARGV[6*i+5])
+    local interval, tolerance = tonumber(ARGV[7*i+4]), tonumber(ARGV[7*i+5])
     local got = redis.pcall('GET', key)
     local tat = 0
     if type(got) == 'table' then
@@ -104,6 +143,9 @@ for i = 0, #ARGV / 6 - 1 do
         a, b = 1, after - now
       end
     end
+    c = -1
+    if a >= 0 then c = asked(KEYS[k], hits, uttl, refund) end
+    k = k + 1
   else
     local n = 0
     if not refund then
@@ -136,8 +178,9 @@ for i = 0, #ARGV / 6 - 1 do
       end
     end
   end
-  out[2*i+1] = a
-  out[2*i+2] = b
+  out[3*i+1] = a
+  out[3*i+2] = b
+  out[3*i+3] = c
 end
 return out
 ";
@@ -152,10 +195,15 @@ pub(super) struct Op {
     /// One key, or two for a sliding window (this window's, then the
     /// previous one's).
     pub keys: Vec<String>,
-    pub args: [u64; 5],
+    /// The numeric arguments: five before the slot, the usage key's
+    /// seconds after it.
+    pub args: [u64; 6],
     /// A concurrency slot's id, the sixth argument (empty otherwise).
     pub slot: Option<Box<str>>,
 }
+
+/// The script's answers per increment.
+pub(super) const ANSWERS: usize = 3;
 
 /// Added to the shape's tag for a refund.
 const REFUND: u64 = 4;
@@ -189,6 +237,7 @@ impl Op {
                 ttl,
                 p1,
                 p2,
+                until_end + slack,
             ],
         }
     }
@@ -203,27 +252,37 @@ impl Op {
         for key in &self.keys {
             inv.key(key);
         }
-        for a in self.args {
-            inv.arg(a);
-        }
-        inv.arg(self.slot.as_deref().unwrap_or_default());
+        add_args(inv, &self.args, self.slot.as_deref().unwrap_or_default());
     }
 }
 
-/// Tallies from the script's raw answers (two per increment) for increments
-/// of `kinds`; a reply of the wrong length is the store's fault.
+/// Arguments in the script's order: five numbers, the slot, the usage
+/// key's seconds.
+pub(super) fn add_args(inv: &mut redis::ScriptInvocation<'_>, args: &[u64; 6], slot: &str) {
+    let [kind, hits, ttl, p1, p2, usage_ttl] = *args;
+    for a in [kind, hits, ttl, p1, p2] {
+        inv.arg(a);
+    }
+    inv.arg(slot);
+    inv.arg(usage_ttl);
+}
+
+/// Tallies from the script's raw answers ([`ANSWERS`] per increment) for
+/// increments of `kinds`; a reply of the wrong length is the store's fault.
 pub(super) fn decode(
     kinds: impl ExactSizeIterator<Item = u8>,
     raw: &[i64],
 ) -> Result<Vec<Tally>, StoreError> {
-    super::same_length(raw.len(), kinds.len() * 2)?;
+    super::same_length(raw.len(), kinds.len() * ANSWERS)?;
     kinds
-        .zip(raw.chunks_exact(2))
-        .map(|(kind, pair)| {
-            let (a, b) = match pair {
-                [a, b] => (*a, *b),
-                _ => (0, 0),
+        .zip(raw.chunks_exact(ANSWERS))
+        .map(|(kind, answer)| {
+            let (a, b, c) = match answer {
+                [a, b, c] => (*a, *b, *c),
+                _ => (0, 0, -1),
             };
+            // The usage figure, when the script could say.
+            let usage = u64::try_from(c).ok();
             let count = |n: i64| match n {
                 OVERFLOW => Ok(u64::MAX),
                 NOT_A_COUNTER => Err(StoreError::Rejected(
@@ -240,6 +299,11 @@ pub(super) fn decode(
                 2 => Tally::Bucket {
                     taken: count(a)? == 1,
                     debt_us: count(b)?,
+                    asked: usage,
+                },
+                3 => Tally::Slots {
+                    held: count(a)?,
+                    peak: usage,
                 },
                 _ => Tally::Count(count(a)?),
             })
@@ -253,7 +317,11 @@ mod tests {
 
     #[test]
     fn replies_decode_by_kind_and_refused_counters_are_errors() {
-        let t = decode([0, 1, 2].into_iter(), &[3, 0, 4, 9, 1, 250]).unwrap();
+        let t = decode(
+            [0, 1, 2, 3, 3].into_iter(),
+            &[3, 0, 0, 4, 9, 0, 1, 250, 7, 2, 0, 1, 2, 0, -1],
+        )
+        .unwrap();
         assert_eq!(
             t,
             [
@@ -264,24 +332,33 @@ mod tests {
                 },
                 Tally::Bucket {
                     taken: true,
-                    debt_us: 250
+                    debt_us: 250,
+                    asked: Some(7)
+                },
+                Tally::Slots {
+                    held: 2,
+                    peak: Some(1)
+                },
+                Tally::Slots {
+                    held: 2,
+                    peak: None
                 }
             ]
         );
         assert_eq!(
-            decode([0].into_iter(), &[-1, 0]).unwrap(),
+            decode([0].into_iter(), &[-1, 0, 0]).unwrap(),
             [Tally::Count(u64::MAX)]
         );
         assert!(matches!(
-            decode([0].into_iter(), &[-2, 0]),
+            decode([0].into_iter(), &[-2, 0, 0]),
             Err(StoreError::Rejected(_))
         ));
         assert!(matches!(
-            decode([0, 0].into_iter(), &[1, 0]),
+            decode([0, 0].into_iter(), &[1, 0, 0]),
             Err(StoreError::BadReply(_))
         ));
         assert!(matches!(
-            decode([0].into_iter(), &[-7, 0]),
+            decode([0].into_iter(), &[-7, 0, 0]),
             Err(StoreError::BadReply(_))
         ));
     }

@@ -19,31 +19,32 @@ mod report;
 pub use history::Usage;
 pub(crate) use report::{advice_table, domain_report, limit_report};
 
-use crate::limiter::{Algorithm, Status, Tally};
+use crate::limiter::Tally;
 
-/// One decision's usage: the counter before and after, as the store (or
-/// the local cache) answered `tally` for `hits` (a refund lowers it).
-pub(crate) fn crossing(
-    algorithm: Algorithm,
-    tally: Tally,
-    status: &Status,
-    hits: u64,
-    refund: bool,
-) -> Option<(u64, u64, u64)> {
-    let after = match (tally, algorithm) {
-        (Tally::Count(c), _) | (Tally::Sliding { current: c, .. }, _) => c,
-        // Tokens taken from a full bucket.
-        (Tally::Bucket { .. }, Algorithm::TokenBucket { burst, .. }) => {
-            u64::from(burst.saturating_sub(status.remaining))
-        }
+/// One decision's usage: the key's usage before and after, and the hits
+/// behind it, as the store answered `tally` for `hits` (a refund lowers
+/// it). A window's usage is its count; a token bucket's, the tokens its key
+/// asked for in the window; a concurrency counter's, the most slots its key
+/// held at once in the window. Each comes from the store, so each level of
+/// each key is crossed once per window across the fleet.
+pub(crate) fn crossing(tally: Tally, hits: u64, refund: bool) -> Option<(u64, u64, u64)> {
+    let after = match tally {
+        Tally::Count(c) | Tally::Sliding { current: c, .. } => c,
+        Tally::Bucket {
+            asked: Some(asked), ..
+        } => asked,
+        // A take: the peak rises to the slots now held, if past it. A
+        // release or a look reports no peak, and crosses nothing.
+        Tally::Slots {
+            held,
+            peak: Some(peak),
+        } => return Some((peak, peak.max(held), hits)),
         _ => return None,
     };
-    Some(match (refund, algorithm) {
-        // A released slot is not usage given back: the peak stands (and a
-        // key that takes slots again crosses the levels again).
-        (true, Algorithm::Concurrency) => return None,
-        (true, _) => (after.saturating_add(hits), after, 0),
-        (false, _) => (after.saturating_sub(hits), after, hits),
+    Some(if refund {
+        (after.saturating_add(hits), after, 0)
+    } else {
+        (after.saturating_sub(hits), after, hits)
     })
 }
 
@@ -103,6 +104,23 @@ pub(crate) fn histogram(usage: &Usage, now: u64) -> Option<Exported> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn buckets_cross_by_tokens_asked_and_slots_by_their_windows_peak() {
+        let bucket = |asked| Tally::Bucket {
+            taken: true,
+            debt_us: 0,
+            asked,
+        };
+        let slots = |held, peak| Tally::Slots { held, peak };
+        assert_eq!(crossing(bucket(Some(3)), 1, false), Some((2, 3, 1)));
+        assert_eq!(crossing(bucket(Some(1)), 2, true), Some((3, 1, 0)));
+        assert_eq!(crossing(bucket(None), 1, false), None, "unknown");
+        // A key that held 2 earlier in the window and holds 1 now: nothing.
+        assert_eq!(crossing(slots(1, Some(2)), 1, false), Some((2, 2, 1)));
+        assert_eq!(crossing(slots(3, Some(2)), 1, false), Some((2, 3, 1)));
+        assert_eq!(crossing(slots(0, None), 1, true), None, "a release");
+    }
 
     #[test]
     fn the_exported_histogram_is_the_last_complete_period() {

@@ -13,15 +13,13 @@ fn periods_kept(window_s: u64) -> u64 {
     (3600 / period_of(window_s)).clamp(24, SLOTS as u64)
 }
 
-/// The limit usage is held against (a bucket's burst: usage counts the
-/// tokens taken from a full bucket), and the window.
+/// The limit usage is held against, and the window. A token bucket's usage
+/// is the tokens a key asked for per window, held against its rate per
+/// window: what a key can sustain (its burst lets one window's worth over
+/// the rate pass now and then, so near the rate the figures are at most
+/// whom it refuses).
 fn limited(r: &Rule) -> Option<(u64, u64)> {
     match r.limit {
-        LimitDef::Limited {
-            period,
-            algorithm: crate::limiter::Algorithm::TokenBucket { burst, .. },
-            ..
-        } => Some((u64::from(burst), period.seconds())),
         LimitDef::Limited {
             period,
             requests_per_unit,

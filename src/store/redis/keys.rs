@@ -21,6 +21,13 @@ pub enum KeyFormat {
     Envoyproxy,
 }
 
+/// The key holding a token bucket's or a concurrency counter's usage in
+/// the window starting at `window_start` (tokens asked, or the peak of
+/// slots held): the counter's key, whose hash tag it shares, and a suffix.
+pub fn usage_key(counter: &str, window_start: u64) -> String {
+    format!("{counter}:usage:{window_start}")
+}
+
 /// Renders a counter key in `format`. Shapes other than the fixed window
 /// always use sluice's layout, with the hash as a hash tag so a sliding
 /// window's two keys share a cluster slot (the reference has no such keys to
