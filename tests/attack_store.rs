@@ -220,3 +220,51 @@ async fn short_and_garbage_replies_never_admit() {
         assert!(fake.connections.load(std::sync::atomic::Ordering::Relaxed) < 50);
     }
 }
+
+/// A concurrency counter's usage key (the advisor's figure beside the
+/// slots) holding a list or garbage never fails a request nor trips the
+/// breaker: the decision stands, and only that usage goes uncounted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poisoned_usage_key_fails_nothing() {
+    const SLOTS: &str = "
+domain: shop
+descriptors:
+  - key: slots
+    descriptors:
+      - key: id
+        rate_limit: {algorithm: concurrency, max_in_flight: 3, lease: 10m}
+";
+    let redis = RedisServer::start();
+    let s = Sluice::start(
+        &[("shop.yaml", SLOTS)],
+        &["--redis-url", &redis.url(), "--redis-timeout", "2s"],
+    );
+    assert!(eventually(Duration::from_secs(10), || s.status() == "ready"));
+    let mut c = s.client().await;
+    let mut take = async |id: &str| {
+        ask(&mut c, "shop", &[("slots", "s"), ("id", id)])
+            .await
+            .overall_code
+    };
+    assert_eq!(take("1").await, OK);
+    let usage: Vec<String> = redis
+        .counter_keys()
+        .into_iter()
+        .filter(|k| k.ends_with(":usage"))
+        .collect();
+    assert_eq!(usage.len(), 1, "{usage:?}");
+    redis.cli(&["del", &usage[0]]);
+    redis.cli(&["lpush", &usage[0], "x"]);
+    assert_eq!(take("2").await, OK);
+    redis.cli(&["del", &usage[0]]);
+    redis.cli(&["set", &usage[0], "not a count"]);
+    // The third slot of three, then none: the slots decide as ever.
+    assert_eq!((take("3").await, take("4").await), (OK, OVER));
+    assert_eq!(s.status(), "ready");
+    assert_eq!(trips(&s), 0.0);
+    let m = s.get("/metrics").1;
+    assert_eq!(
+        metric(&m, "sluice_store_errors_total{kind=\"error\"}"),
+        Some(0.0)
+    );
+}

@@ -35,6 +35,8 @@ descriptors:
       - key: id
         shadow_mode: true
         rate_limit: {algorithm: concurrency, max_in_flight: 2, lease: 10m}
+  - key: persec
+    rate_limit: {unit: second, requests_per_unit: 1000, algorithm: token_bucket}
   - key: fast
     rate_limit: {unit: hour, requests_per_unit: 360000, algorithm: token_bucket, burst: 1}
   - key: shadow
@@ -46,6 +48,11 @@ fn start(extra: &[&str]) -> Sluice {
     let s = Sluice::start(&[("auth.yaml", RULES)], extra);
     assert!(eventually(Duration::from_secs(10), || s.readyz()["status"] == "ready"));
     s
+}
+
+/// An instance counting in `redis`.
+fn on_redis(redis: &RedisServer) -> Sluice {
+    start(&["--redis-url", &redis.url(), "--redis-timeout", "2s"])
 }
 
 fn usage(s: &Sluice, query: &str) -> Value {
@@ -65,23 +72,24 @@ fn listed(s: &Sluice, rule: &str) -> Value {
     found.expect("the rule is listed").clone()
 }
 
-/// The fleet's answer for `limit` on `rule`: summed over the instances.
+/// The fleet's answer for `limit` on `rule`: summed over the instances
+/// (each one's figures are its share, below 0 where it took back a refund
+/// of hits another counted).
 fn fleet(instances: &[&Sluice], rule: &str, limit: u64) -> (u64, u64, u64) {
-    instances.iter().fold((0, 0, 0), |(k, kr, rr), s| {
+    let mut sum = [0i64; 3];
+    for s in instances {
         let v = usage(s, &format!("domain=auth&rule={rule}&limit={limit}"));
-        let w = v["windows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .fold((0, 0, 0), |a, w| {
-                (
-                    a.0 + w["keys"].as_u64().unwrap(),
-                    a.1 + w["keys_refused"].as_u64().unwrap(),
-                    a.2 + w["requests_refused"].as_u64().unwrap(),
-                )
-            });
-        (k + w.0, kr + w.1, rr + w.2)
-    })
+        for w in v["windows"].as_array().unwrap() {
+            for (total, field) in sum
+                .iter_mut()
+                .zip(["keys", "keys_refused", "requests_refused"])
+            {
+                *total += w[field].as_i64().unwrap();
+            }
+        }
+    }
+    let [k, kr, rr] = sum.map(|n| u64::try_from(n).expect("the fleet's figures are never below 0"));
+    (k, kr, rr)
 }
 
 /// Key i (1..=60) sends i requests on `rule`, spread over `clients` in
@@ -145,9 +153,7 @@ fn check(totals: &[u64], instances: &[&Sluice], place: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fleets_answer_for_any_limit_is_the_exact_count_within_five_percent() {
     let redis = RedisServer::start();
-    let url = redis.url();
-    let a = start(&["--redis-url", &url, "--redis-timeout", "2s"]);
-    let b = start(&["--redis-url", &url, "--redis-timeout", "2s"]);
+    let (a, b) = (on_redis(&redis), on_redis(&redis));
     let mut clients = vec![a.client().await, b.client().await];
     let totals = population(&mut clients, "ip").await;
     check(&totals, &[&a, &b], "two instances on Redis");
@@ -288,13 +294,11 @@ fn keys_and_max(instances: &[&Sluice], rule: &str) -> (u64, u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn buckets_and_concurrency_count_each_key_once_per_window() {
     let redis = RedisServer::start();
-    let url = redis.url();
-    let a = start(&["--redis-url", &url, "--redis-timeout", "2s"]);
-    let b = start(&["--redis-url", &url, "--redis-timeout", "2s"]);
+    let (a, b) = (on_redis(&redis), on_redis(&redis));
     let memory = start(&[]);
-    for (place, fleet) in [("memory", vec![&memory]), ("Redis", vec![&a, &b])] {
+    for (place, instances) in [("memory", vec![&memory]), ("Redis", vec![&a, &b])] {
         let mut clients = Vec::new();
-        for s in &fleet {
+        for s in &instances {
             clients.push(s.client().await);
         }
         let n = clients.len();
@@ -302,18 +306,58 @@ async fn buckets_and_concurrency_count_each_key_once_per_window() {
         for i in 0..20 {
             ask(&mut clients[i % n], "auth", &[("fast", "k")]).await;
         }
-        assert_eq!(keys_and_max(&fleet, "fast"), (1, 20), "{place}");
+        assert_eq!(keys_and_max(&instances, "fast"), (1, 20), "{place}");
         // One slot taken and given back ten times, then three held at once.
         for i in 0..10 {
             let id = format!("s{i}");
             slot(&mut clients[i % n], "k", &id, false).await;
             slot(&mut clients[(i + 1) % n], "k", &id, true).await;
         }
-        assert_eq!(keys_and_max(&fleet, "slots.id"), (1, 1), "{place}");
+        assert_eq!(keys_and_max(&instances, "slots.id"), (1, 1), "{place}");
         for (i, id) in ["x", "y", "z"].iter().enumerate() {
             slot(&mut clients[i % n], "k", id, false).await;
         }
-        assert_eq!(keys_and_max(&fleet, "slots.id"), (1, 3), "{place}");
+        assert_eq!(keys_and_max(&instances, "slots.id"), (1, 3), "{place}");
+        // A refund gives tokens asked back: 8 asked, 5 refunded.
+        let refunded = |n: u64, refund: bool| {
+            let mut d = descriptor(&[("bucket", "refunded")]);
+            d.hits_addend = Some(envoy_types::pb::google::protobuf::UInt64Value { value: n });
+            d.is_negative_hits = refund;
+            request("auth", vec![d])
+        };
+        let first = clients[0].should_rate_limit(refunded(8, false)).await;
+        assert!(first.is_ok());
+        assert_eq!(fleet(&instances, "bucket", 3).1, 1, "{place}: 8 > 3");
+        let back = clients[n - 1].should_rate_limit(refunded(5, true)).await;
+        assert!(back.is_ok());
+        assert_eq!(fleet(&instances, "bucket", 3).1, 0, "{place}: 3 left");
+        // A bucket's usage starts again each window: three requests in one
+        // second, two in the next.
+        let second = || {
+            let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+            t.map(|d| (d.as_secs(), d.subsec_millis()))
+                .unwrap_or_default()
+        };
+        assert!(eventually(Duration::from_secs(3), || second().1 < 300));
+        let first = second().0;
+        for i in 0..3 {
+            ask(&mut clients[i % n], "auth", &[("persec", "k")]).await;
+        }
+        let same = second().0 == first;
+        assert!(eventually(Duration::from_secs(3), || second().0 > first));
+        for i in 0..2 {
+            ask(&mut clients[i % n], "auth", &[("persec", "k")]).await;
+        }
+        let (keys, max) = keys_and_max(&instances, "persec");
+        let hits: u64 = instances
+            .iter()
+            .map(|s| listed(s, "persec")["hits"].as_u64().unwrap_or(0))
+            .sum();
+        assert_eq!(hits, 5, "{place}");
+        assert!(keys >= 2 && max <= 3, "{place}: {keys} keys, max {max}");
+        if same {
+            assert_eq!(max, 3, "{place}");
+        }
     }
 }
 

@@ -32,7 +32,7 @@ pub(super) struct Coalesced<'a> {
 
 struct Merged<'a> {
     keys: &'a [String],
-    args: [u64; 6],
+    args: [u64; 7],
     slot: &'a str,
 }
 

@@ -7,7 +7,7 @@ fn op(kind: u64, key: &str, hits: u64, ttl: u64) -> Op {
     };
     Op {
         keys,
-        args: [kind, hits, ttl, 0, 0, 0],
+        args: [kind, hits, ttl, 0, 0, 0, 0],
         slot: None,
     }
 }

@@ -30,6 +30,7 @@ mod conn;
 use conn::{Conn, Manager};
 
 use super::pool::Pooled;
+use super::script::EXPIRY_SLACK_SECONDS;
 use super::{BoxFuture, Increment, StoreError};
 use crate::limiter::{Algorithm, Refill, Tally};
 
@@ -174,9 +175,12 @@ impl MemcacheStore {
                 drop(conn);
                 // The tokens asked in the window, a count of its own (the
                 // advisor's usage; the decision never waits on its failure).
+                // Kept to the window's end: a per-second bucket keeps a few.
                 let (used, server) = self.key(inc, window.start.0);
+                let now = crate::limiter::Now(inc.at_us / 1_000_000);
+                let keep = window.seconds_until_reset(now) + EXPIRY_SLACK_SECONDS;
                 let asked = match pool_of(pools, server)?.get().await {
-                    Ok(mut conn) => conn.window_count(&used, inc, ttl).await.ok(),
+                    Ok(mut conn) => conn.window_count(&used, inc, keep).await.ok(),
                     Err(_) => None,
                 };
                 Ok(tally.with_asked(asked))

@@ -255,10 +255,11 @@ impl RedisStore {
             Algorithm::SlidingWindow => {
                 vec![key(inc.window.start.0), key(inc.window.previous().start.0)]
             }
-            // The counter, and its key's usage in the current window.
-            Algorithm::TokenBucket { .. } | Algorithm::Concurrency => {
+            Algorithm::TokenBucket { .. } => vec![key(0)],
+            // The slots, and the most held at once in the current window.
+            Algorithm::Concurrency => {
                 let counter = key(0);
-                let usage = usage_key(&counter, inc.window.start.0);
+                let usage = usage_key(&counter);
                 vec![counter, usage]
             }
         }
@@ -330,6 +331,7 @@ async fn probe_script(
         .arg(0)
         .arg("")
         .arg(EXPIRY_SLACK_SECONDS)
+        .arg(0)
         .invoke_async(conn)
         .await
         .map_err(|e| classify(&e))?;

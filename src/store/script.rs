@@ -1,27 +1,30 @@
 //! The one Lua script every Redis call runs, and how increments become its
 //! arguments and its answer becomes tallies.
 //!
-//! Each increment is seven arguments (`kind`, plus 4 for a refund, `hits`,
+//! Each increment is eight arguments (`kind`, plus 4 for a refund, `hits`,
 //! `ttl`, two that depend on the kind, a concurrency slot's id or empty, and
-//! the seconds its usage key is kept) and one key, or two: a sliding
-//! window's previous window, a token bucket's or a concurrency counter's
-//! usage key for the current window, in the same hash slot. Each answers
-//! three integers, the third being the usage the advisor reads (0 for a
-//! window, whose count is its usage; -1 when the script could not say):
+//! the seconds its usage is kept and the window it counts) and one key, or
+//! two: a sliding window's previous window, or a concurrency counter's usage
+//! key (a hash of one field, the current window's start, holding the most
+//! slots held at once in it; in the counter's hash slot). Each answers three
+//! integers, the third being the usage the advisor reads (0 for a window,
+//! whose count is its usage; -1 when the script could not say):
 //! - fixed window: the count after `INCRBY`, and 0;
 //! - sliding window: this window's count after `INCRBY`, and the previous
 //!   window's count;
 //! - token bucket: 1 if the hits were taken (else 0), how far the bucket
 //!   is from full in microseconds, and the tokens its key asked for in the
-//!   window so far, taken or not. The time is Redis's own (`TIME`), so the
-//!   clocks of the sluice instances sharing a bucket do not matter.
+//!   window so far, taken or not. The key holds `<arrival time>:<window
+//!   start>:<tokens asked>`, so the usage costs no call of its own. The
+//!   time is Redis's own (`TIME`), so the clocks of the sluice instances
+//!   sharing a bucket do not matter.
 //! - concurrency: the slots held after taking one (a sorted set of slot ids
 //!   scored by when their lease ends, on Redis's clock), or one past the
 //!   limit when none was free; 0; and for a take, the most the key held at
 //!   once earlier in the window (-1 for a release or a look). Ended leases
 //!   are dropped first.
 //!
-//! A refund (`is_negative_hits`) answers the same two integers after giving
+//! A refund (`is_negative_hits`) answers the same three integers after giving
 //! the hits back: `DECRBY` floored at 0 on a counter that exists (a missing
 //! one stays missing), or a bucket's arrival time moved back, never past now.
 //!
@@ -37,33 +40,27 @@ pub(super) const SCRIPT: &str = r"
 local out = {}
 local k = 1
 local now = nil
-local function asked(key, hits, ttl, refund)
-  local n
-  if refund then
-    if redis.call('EXISTS', key) == 0 then return 0 end
-    n = redis.pcall('DECRBY', key, hits)
-    if type(n) == 'table' then return -1 end
-    if n < 0 then
-      redis.call('SET', key, 0, 'KEEPTTL')
-      n = 0
+-- A concurrency counter's usage key is a hash of one field, the current
+-- window's start, holding the most slots held at once in it; a new window's
+-- first figure drops the old one and sets the key to expire with the
+-- window. -1: the key holds something else.
+local function fresh(key, start, ttl)
+  if redis.call('HLEN', key) > 1 then
+    for _, f in ipairs(redis.call('HKEYS', key)) do
+      if f ~= start then redis.call('HDEL', key, f) end
     end
-    return n
   end
-  if tonumber(hits) == 0 then
-    n = redis.pcall('GET', key)
-    if type(n) == 'table' then return -1 end
-    return tonumber(n) or 0
-  end
-  n = redis.pcall('INCRBY', key, hits)
-  if type(n) == 'table' then return -1 end
   redis.call('EXPIRE', key, ttl)
-  return n
 end
-local function peak(key, held, ttl)
-  local p = redis.pcall('GET', key)
+local function peak(key, start, held, ttl)
+  local p = redis.pcall('HGET', key, start)
   if type(p) == 'table' then return -1 end
+  local known = p
   p = tonumber(p) or 0
-  if held > p then redis.call('SET', key, held, 'EX', ttl) end
+  if held > p then
+    redis.call('HSET', key, start, held)
+    if not known then fresh(key, start, ttl) end
+  end
   return p
 end
 local function refused(e)
@@ -72,20 +69,20 @@ local function refused(e)
   if string.find(e, 'WRONGTYPE', 1, true) or string.find(e, 'not an integer', 1, true) then return -2 end
   return nil
 end
-for i = 0, #ARGV / 7 - 1 do
-  local kind, hits, ttl = tonumber(ARGV[7*i+1]), ARGV[7*i+2], ARGV[7*i+3]
+for i = 0, #ARGV / 8 - 1 do
+  local kind, hits, ttl = tonumber(ARGV[8*i+1]), ARGV[8*i+2], ARGV[8*i+3]
   local refund = kind >= 4
   if refund then kind = kind - 4 end
   local key = KEYS[k]
   k = k + 1
   local a, b, c = 0, 0, 0
-  local uttl = tonumber(ARGV[7*i+7])
+  local uttl, ustart = tonumber(ARGV[8*i+7]), ARGV[8*i+8]
   if kind == 3 then
     if now == nil then
       local t = redis.call('TIME')
       now = tonumber(t[1]) * 1000000 + tonumber(t[2])
     end
-    local limit, lease, slot = tonumber(ARGV[7*i+4]), tonumber(ARGV[7*i+5]), ARGV[7*i+6]
+    local limit, lease, slot = tonumber(ARGV[8*i+4]), tonumber(ARGV[8*i+5]), ARGV[8*i+6]
     local swept = redis.pcall('ZREMRANGEBYSCORE', key, '-inf', now)
     if type(swept) == 'table' then
       local r = refused(swept.err)
@@ -108,44 +105,53 @@ for i = 0, #ARGV / 7 - 1 do
       end
     end
     c = -1
-    if not refund and tonumber(hits) > 0 and a >= 0 then c = peak(KEYS[k], a, uttl) end
+    if not refund and tonumber(hits) > 0 and a >= 0 then c = peak(KEYS[k], ustart, a, uttl) end
     k = k + 1
   elseif kind == 2 then
     if now == nil then
       local t = redis.call('TIME')
       now = tonumber(t[1]) * 1000000 + tonumber(t[2])
     end
-    local interval, tolerance = tonumber(ARGV[7*i+4]), tonumber(ARGV[7*i+5])
+    local interval, tolerance = tonumber(ARGV[8*i+4]), tonumber(ARGV[8*i+5])
+    local h = tonumber(hits)
+    -- '<arrival time>:<window start>:<tokens asked in it>'
     local got = redis.pcall('GET', key)
-    local tat = 0
+    local tat, n = 0, 0
     if type(got) == 'table' then
       local r = refused(got.err)
       if r == nil then return got end
       a = r
     elseif got then
-      tat = tonumber(got)
-      if tat == nil then a = -2 end
+      local t, s, u = string.match(got, '^(%d+):(%d+):(%d+)$')
+      tat = tonumber(t)
+      if tat == nil then a = -2 elseif s == ustart then n = tonumber(u) end
     end
+    local write = nil
     if a == 0 and refund then
-      a, b = 1, 0
-      if tat > now then
-        local back = math.max(tat - tonumber(hits) * interval, now)
-        redis.call('SET', key, string.format('%.0f', back), 'PX', math.ceil((back - now) / 1000) + ttl * 1000)
-        b = back - now
-      end
+      a, b, c = 1, 0, math.max(n - h, 0)
+      local back = tat
+      if tat > now then back = math.max(tat - h * interval, now) end
+      b = math.max(back - now, 0)
+      if got and (back ~= tat or c ~= n) then write = back end
     elseif a == 0 then
       local base = math.max(tat, now)
-      local after = base + tonumber(hits) * interval
+      local after = base + h * interval
+      c = math.min(n + h, 9007199254740992)
       if after - now > tolerance then
         a, b = 0, base - now
+        if h > 0 then write = tat end
       else
-        redis.call('SET', key, string.format('%.0f', after), 'PX', math.ceil((after - now) / 1000) + ttl * 1000)
-        a, b = 1, after - now
+        a, b, write = 1, after - now, after
       end
+    else
+      c = -1
     end
-    c = -1
-    if a >= 0 then c = asked(KEYS[k], hits, uttl, refund) end
-    k = k + 1
+    if write then
+      -- Kept while the bucket refills and while its window's usage counts.
+      local px = math.max(math.ceil((write - now) / 1000), 0) + ttl * 1000
+      px = math.max(px, uttl * 1000)
+      redis.call('SET', key, string.format('%.0f:%s:%.0f', write, ustart, c), 'PX', px)
+    end
   else
     local n = 0
     if not refund then
@@ -195,9 +201,9 @@ pub(super) struct Op {
     /// One key, or two for a sliding window (this window's, then the
     /// previous one's).
     pub keys: Vec<String>,
-    /// The numeric arguments: five before the slot, the usage key's
-    /// seconds after it.
-    pub args: [u64; 6],
+    /// The numeric arguments: five before the slot, then the usage key's
+    /// seconds and the window it counts.
+    pub args: [u64; 7],
     /// A concurrency slot's id, the sixth argument (empty otherwise).
     pub slot: Option<Box<str>>,
 }
@@ -238,6 +244,7 @@ impl Op {
                 p1,
                 p2,
                 until_end + slack,
+                inc.window.start.0,
             ],
         }
     }
@@ -257,14 +264,15 @@ impl Op {
 }
 
 /// Arguments in the script's order: five numbers, the slot, the usage
-/// key's seconds.
-pub(super) fn add_args(inv: &mut redis::ScriptInvocation<'_>, args: &[u64; 6], slot: &str) {
-    let [kind, hits, ttl, p1, p2, usage_ttl] = *args;
+/// key's seconds and window.
+pub(super) fn add_args(inv: &mut redis::ScriptInvocation<'_>, args: &[u64; 7], slot: &str) {
+    let [kind, hits, ttl, p1, p2, usage_ttl, usage_window] = *args;
     for a in [kind, hits, ttl, p1, p2] {
         inv.arg(a);
     }
     inv.arg(slot);
     inv.arg(usage_ttl);
+    inv.arg(usage_window);
 }
 
 /// Tallies from the script's raw answers ([`ANSWERS`] per increment) for

@@ -8,7 +8,7 @@
 //! two relaxed atomic adds.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::Relaxed};
 
 use super::levels;
 
@@ -21,8 +21,11 @@ const MIN_PERIOD: u64 = 60;
 struct Slot {
     /// The period's index (start / period) plus one; 0: never used.
     period: AtomicU64,
-    /// Keys that crossed each level in the period.
-    keys: Box<[AtomicU32]>,
+    /// Keys that crossed each level in the period, less those a refund
+    /// took back below it. Signed: a refund through this instance of hits
+    /// another instance counted takes its key back here, so this
+    /// instance's share can go below 0 while the fleet's sum is exact.
+    keys: Box<[AtomicI32]>,
     hits: AtomicU64,
 }
 
@@ -30,7 +33,7 @@ impl Slot {
     fn new() -> Slot {
         Slot {
             period: AtomicU64::new(0),
-            keys: (0..levels::len()).map(|_| AtomicU32::new(0)).collect(),
+            keys: (0..levels::len()).map(|_| AtomicI32::new(0)).collect(),
             hits: AtomicU64::new(0),
         }
     }
@@ -42,7 +45,8 @@ impl Slot {
 pub(crate) struct Period {
     pub(crate) start: u64,
     pub(crate) seconds: u64,
-    pub(crate) keys: Vec<u32>,
+    /// Keys per level: this instance's share of the fleet's (signed).
+    pub(crate) keys: Vec<i64>,
     pub(crate) hits: u64,
 }
 
@@ -113,7 +117,7 @@ impl Usage {
             }
         } else {
             for k in slot.keys.get(to..from).into_iter().flatten() {
-                let _ = k.fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(1)));
+                k.fetch_sub(1, Relaxed);
             }
         }
     }
@@ -138,7 +142,7 @@ impl Usage {
                 (p <= current && current - p < periods).then(|| Period {
                     start: p * len,
                     seconds: len,
-                    keys: s.keys.iter().map(|k| k.load(Relaxed)).collect(),
+                    keys: s.keys.iter().map(|k| i64::from(k.load(Relaxed))).collect(),
                     hits: s.hits.load(Relaxed),
                 })
             })
@@ -174,6 +178,12 @@ mod tests {
         // A refund of 2 on key a (3 -> 1).
         u.record(60, 1001, 3, 1, 0);
         assert_eq!(&u.periods(60, 1001, 60)[0].keys[..4], &[3, 1, 1, 1]);
+        // A refund through an instance that never counted the key's hits
+        // takes it back there: that instance's share goes below 0, and the
+        // fleet's sum is right.
+        let other = Usage::default();
+        other.record(60, 1001, 3, 1, 0);
+        assert_eq!(&other.periods(60, 1001, 60)[0].keys[..4], &[0, -1, -1, 0]);
         // The next period starts empty; an hour on, the first is gone.
         u.record(60, 1020, 0, 1, 1);
         let ps = u.periods(60, 1020, 60);

@@ -73,10 +73,13 @@ pub(crate) fn histogram(usage: &Usage, now: u64) -> Option<Exported> {
         if index >= current || index < totals.folded {
             continue;
         }
-        let keys = u64::from(p.keys.first().copied().unwrap_or(0));
+        // A share below 0 (refunds of another instance's hits) is taken
+        // as none: the exported histogram never goes down.
+        let share = |n: i64| u64::try_from(n).unwrap_or(0);
+        let keys = share(p.keys.first().copied().unwrap_or(0));
         let mut below = 0;
         for (i, le) in EXPORTED.iter().enumerate() {
-            let at_most = keys.saturating_sub(query::at_least(&p.keys, le + 1));
+            let at_most = keys.saturating_sub(share(query::at_least(&p.keys, le + 1)));
             if let Some(b) = totals.buckets.get_mut(i) {
                 *b += at_most.saturating_sub(below);
             }

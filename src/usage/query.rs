@@ -2,39 +2,45 @@
 //! a limit L would refuse (keys and requests), and the quantiles of the
 //! per-key peak, per period or pooled over them. Exact at every level; in
 //! between, a count c reads as the level at or just below it (within 5%).
+//!
+//! Keys per level are one instance's share of the fleet's, signed (a
+//! refund through this instance of hits another counted takes a key back
+//! here): counts of keys and requests are shares too, and sum to the
+//! fleet's; quantiles and the maximum read the share clamped at 0.
 
 use super::history::Period;
 use super::levels;
 
 /// Keys that reached at least `c` (c of 0: every key).
-pub(crate) fn at_least(keys: &[u32], c: u64) -> u64 {
+pub(crate) fn at_least(keys: &[i64], c: u64) -> i64 {
     let i = levels::index(c.max(1));
-    keys.get(i.saturating_sub(1)).copied().map_or(0, u64::from)
+    keys.get(i.saturating_sub(1)).copied().unwrap_or(0)
 }
 
 /// Keys a limit of `limit` refused at least once.
-pub(crate) fn keys_refused(keys: &[u32], limit: u64) -> u64 {
+pub(crate) fn keys_refused(keys: &[i64], limit: u64) -> i64 {
     at_least(keys, limit.saturating_add(1))
 }
 
 /// Requests a limit of `limit` refused: every hit past it, summed over keys
 /// (each level's keys times the step to the next level).
-pub(crate) fn requests_refused(keys: &[u32], limit: u64) -> u64 {
+pub(crate) fn requests_refused(keys: &[i64], limit: u64) -> i64 {
     let from = levels::index(limit.saturating_add(1)).saturating_sub(1);
-    let mut total = 0u64;
+    let mut total = 0i64;
     // One instance's levels need not fall monotonically (another instance
     // crossed some of them): every level is summed.
     for (i, &n) in keys.iter().enumerate().skip(from) {
         let lo = levels::level(i).max(limit.saturating_add(1));
         let hi = levels::level(i + 1);
-        total = total.saturating_add(u64::from(n).saturating_mul(hi.saturating_sub(lo)));
+        let step = i64::try_from(hi.saturating_sub(lo)).unwrap_or(i64::MAX);
+        total = total.saturating_add(n.saturating_mul(step));
     }
     total
 }
 
 /// The periods pooled: each (key, period) is one sample.
-pub(crate) fn pooled(periods: &[Period]) -> Vec<u32> {
-    let mut out = vec![0u32; levels::len()];
+pub(crate) fn pooled(periods: &[Period]) -> Vec<i64> {
+    let mut out = vec![0i64; levels::len()];
     for p in periods {
         for (o, k) in out.iter_mut().zip(&p.keys) {
             *o = o.saturating_add(*k);
@@ -45,14 +51,15 @@ pub(crate) fn pooled(periods: &[Period]) -> Vec<u32> {
 
 /// The `q` quantile of the per-key peak (the smallest level that at most
 /// a `1 - q` share of keys went past), or 0 with no keys.
-pub(crate) fn quantile(keys: &[u32], q: f64) -> u64 {
-    let total = keys.first().copied().map_or(0.0, f64::from);
+pub(crate) fn quantile(keys: &[i64], q: f64) -> u64 {
+    let share = |n: i64| f64::from(u32::try_from(n.max(0)).unwrap_or(u32::MAX));
+    let total = keys.first().copied().map_or(0.0, share);
     if total == 0.0 {
         return 0;
     }
     let allowed = (1.0 - q) * total;
     for (i, _) in keys.iter().enumerate() {
-        let past = keys.get(i + 1).copied().map_or(0.0, f64::from);
+        let past = keys.get(i + 1).copied().map_or(0.0, share);
         if past <= allowed {
             return levels::level(i);
         }
@@ -61,7 +68,7 @@ pub(crate) fn quantile(keys: &[u32], q: f64) -> u64 {
 }
 
 /// The highest level any key reached.
-pub(crate) fn max(keys: &[u32]) -> u64 {
+pub(crate) fn max(keys: &[i64]) -> u64 {
     keys.iter().rposition(|&n| n > 0).map_or(0, levels::level)
 }
 
@@ -71,7 +78,7 @@ mod tests {
     use crate::usage::history::Usage;
 
     /// Key i (1..=100) sends i requests, one at a time.
-    fn population() -> Vec<u32> {
+    fn population() -> Vec<i64> {
         let u = Usage::default();
         for key in 1..=100u64 {
             for c in 1..=key {

@@ -35,7 +35,7 @@ fn history(r: &Rule, window_s: u64, now: u64) -> Vec<Period> {
 
 /// The quantiles of the per-key peak, and the limits that would refuse
 /// 0.1%, 1% and 5% of keys.
-fn summary(keys: &[u32]) -> Value {
+fn summary(keys: &[i64]) -> Value {
     json!({
         "keys": keys.first().copied().unwrap_or(0),
         "p50": quantile(keys, 0.5), "p90": quantile(keys, 0.9),
@@ -89,10 +89,11 @@ pub(crate) fn limit_report(rule: &Rule, limit: Option<u64>, now: u64) -> Option<
         .collect();
     let keys = pooled(&periods);
     // The distribution itself, for a chart: keys that reached each level.
+    let last = keys.iter().rposition(|n| *n != 0).map_or(0, |i| i + 1);
     let levels: Vec<Value> = keys
         .iter()
+        .take(last)
         .enumerate()
-        .take_while(|(_, n)| **n > 0)
         .map(|(i, n)| json!([super::levels::level(i), n]))
         .collect();
     Some(json!({

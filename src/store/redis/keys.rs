@@ -21,11 +21,11 @@ pub enum KeyFormat {
     Envoyproxy,
 }
 
-/// The key holding a token bucket's or a concurrency counter's usage in
-/// the window starting at `window_start` (tokens asked, or the peak of
-/// slots held): the counter's key, whose hash tag it shares, and a suffix.
-pub fn usage_key(counter: &str, window_start: u64) -> String {
-    format!("{counter}:usage:{window_start}")
+/// The key holding a concurrency counter's usage in its current window
+/// (the most slots held at once): the counter's key, whose hash tag it
+/// shares, and a suffix. One per counter, whatever the window.
+pub fn usage_key(counter: &str) -> String {
+    format!("{counter}:usage")
 }
 
 /// Renders a counter key in `format`. Shapes other than the fixed window
@@ -49,7 +49,10 @@ pub fn render_key(
         let _ = write!(s, ":{unit}:{}:{{", algorithm.name());
         push_hex(&mut s, digest.get(..16).unwrap_or_default());
         match algorithm {
-            Algorithm::TokenBucket { .. } => s.push('}'),
+            // `v2`: the arrival time with the window's tokens asked. A
+            // bucket of an earlier sluice (the arrival time alone) is never
+            // read as one, so a rolling upgrade cannot fail on it.
+            Algorithm::TokenBucket { .. } => s.push_str("}:v2"),
             _ => {
                 let _ = write!(s, "}}:{window_start}");
             }
