@@ -123,10 +123,16 @@ fn main() {
             &[("hot", "u7")],
         ],
     );
+    let bucket = body(dir.path(), "bucket", &[&[("tb", "k")]]);
     println!("callgrind, {n} requests after 2,000 to warm up; instructions per request\n");
     println!("| case | no-op | sluice (memory) | no-op / sluice |");
     println!("|---|---|---|---|");
-    for (case, b) in [("1 descriptor (hot key)", &one), ("3 descriptors", &three)] {
+    let cases = [
+        ("1 descriptor (hot key)", &one),
+        ("3 descriptors", &three),
+        ("token bucket (hot key)", &bucket),
+    ];
+    for (case, b) in cases {
         let a = count(dir.path(), "noop", &noop, b, n);
         let s = count(dir.path(), "sluice", &sluice, b, n);
         println!("| {case} | {a:.0} | {s:.0} | {:.3} |", a / s);

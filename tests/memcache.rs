@@ -70,13 +70,13 @@ async fn sliding_windows_and_token_buckets_count_in_memcached() {
         v
     };
     assert_eq!(codes, [OK, OK, OK, OK, OK, OVER, OVER]);
-    // The advisor's usage: one key, which asked for 7 tokens in the hour.
+    // The advisor's usage: one key, which took 5 tokens in the hour.
     let (code, body) = s.get("/api/usage?domain=api&rule=bucket");
     assert_eq!(code, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).expect("json");
     assert_eq!(
         (v["usage"]["keys"].as_u64(), v["usage"]["max"].as_u64()),
-        (Some(1), Some(7)),
+        (Some(1), Some(5)),
         "{v}"
     );
 }

@@ -84,6 +84,7 @@ impl RateLimiter {
                     // Past the cache: the store's own count.
                     cacheable: false,
                     leasable: false,
+                    usage_counts_refused: false,
                     ..c.increment(0, false, at_us, &self.settings.knobs)
                 }),
                 _ => None,

@@ -94,6 +94,8 @@ impl Counting<'_> {
             // would void other instances' leases again and again: it asks
             // the store for every request, as `leased_allowance: false`.
             leasable: !refundable && self.rule.is_none_or(|r| r.leased_allowance),
+            // A shadow-mode rule refuses no one: its whole demand is usage.
+            usage_counts_refused: self.rule.is_some_and(|r| r.shadow_mode),
             limit: self.store_limit(),
             window: Window::containing(self.period, Now(at_us / 1_000_000)),
             algorithm: self.algorithm,

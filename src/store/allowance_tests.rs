@@ -3,6 +3,7 @@ use super::*;
 fn at(v: &str, limit: u32, at_us: u64) -> Increment {
     Increment {
         leasable: true,
+        usage_counts_refused: false,
         ..Increment::test_hit(v, limit, at_us)
     }
 }

@@ -179,9 +179,18 @@ impl MemcacheStore {
                 let (used, server) = self.key(inc, window.start.0);
                 let now = crate::limiter::Now(inc.at_us / 1_000_000);
                 let keep = window.seconds_until_reset(now) + EXPIRY_SLACK_SECONDS;
-                let asked = match pool_of(pools, server)?.get().await {
-                    Ok(mut conn) => conn.window_count(&used, inc, keep).await.ok(),
-                    Err(_) => None,
+                // Refused hits count only where the usage is the whole
+                // demand; a refused request costs no round trip more.
+                let counted = inc.refund
+                    || inc.usage_counts_refused
+                    || matches!(tally, Tally::Bucket { taken: true, .. });
+                let asked = if counted {
+                    match pool_of(pools, server)?.get().await {
+                        Ok(mut conn) => conn.window_count(&used, inc, keep).await.ok(),
+                        Err(_) => None,
+                    }
+                } else {
+                    None
                 };
                 Ok(tally.with_asked(asked))
             }

@@ -15,6 +15,7 @@ fn inc(v: &str, now: u64) -> Increment {
         refund: false,
         cacheable: true,
         leasable: false,
+        usage_counts_refused: false,
         slot: None,
         limit: 100,
         window: Window::containing(Unit::Minute, Now(now)),
@@ -111,6 +112,7 @@ fn shaped(v: &str, algorithm: Algorithm, now: u64) -> Increment {
         refund: false,
         cacheable: true,
         leasable: false,
+        usage_counts_refused: false,
         slot: None,
         limit: 5,
         window: Window::containing(period, Now(now)),
@@ -237,6 +239,7 @@ mod sliding_worst_case {
                     refund: false,
                     cacheable: true,
                     leasable: false,
+                    usage_counts_refused: false,
                     slot: None,
                     limit,
                     window,
@@ -288,7 +291,7 @@ mod sliding_worst_case {
 }
 
 #[test]
-fn a_token_bucket_reports_the_tokens_its_key_asked_for_in_the_window() {
+fn a_token_bucket_reports_the_tokens_its_key_took_in_the_window() {
     let s = MemoryStore::default();
     // 5 per 10 s (a token every 2 s) in a bucket of 1.
     let b = |now| shaped("b", Algorithm::token_bucket(5, 10, 1), now);
@@ -297,10 +300,16 @@ fn a_token_bucket_reports_the_tokens_its_key_asked_for_in_the_window() {
         other => panic!("{other:?}"),
     };
     // Refilled between the first two: the bucket is as full each time,
-    // yet the key has asked for 1, then 2, then 3 (refused, still asked).
+    // yet the key has taken 1, then 2; a refused request counts nothing.
     assert_eq!(ask(&b(100), 100_000_000), (true, Some(1)));
     assert_eq!(ask(&b(100), 103_000_000), (true, Some(2)));
-    assert_eq!(ask(&b(100), 103_000_001), (false, Some(3)));
+    assert_eq!(ask(&b(100), 103_000_001), (false, None));
+    // Where the usage is the whole demand (shadow mode), refused hits count.
+    let demand = Increment {
+        usage_counts_refused: true,
+        ..b(100)
+    };
+    assert_eq!(ask(&demand, 103_000_002), (false, Some(3)));
     // A refund lowers it; a new window starts again.
     let refund = Increment {
         refund: true,

@@ -53,6 +53,11 @@ pub struct Increment {
     /// store ([`allowance`]): false for a rule that opts out
     /// (`leased_allowance: false`).
     pub leasable: bool,
+    /// A token bucket's usage (the tokens its key asked for in the window)
+    /// counts the hits it refused too: for a rule in shadow mode, which
+    /// refuses no one, so its whole demand is its usage. Otherwise only
+    /// hits taken count, and a refused request writes nothing.
+    pub usage_counts_refused: bool,
     /// `algorithm: concurrency`: the slot this request holds (or releases),
     /// the value of the descriptor's last entry; the counter is the rest.
     pub slot: Option<Box<str>>,
@@ -80,6 +85,7 @@ impl Increment {
             refund: false,
             cacheable: true,
             leasable: false,
+            usage_counts_refused: false,
             slot: None,
             limit,
             window: Window::containing(minute, now),

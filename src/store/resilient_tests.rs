@@ -100,6 +100,7 @@ fn inc(v: &str) -> Increment {
         refund: false,
         cacheable: true,
         leasable: false,
+        usage_counts_refused: false,
         slot: None,
         limit: 2,
         window: Window::containing(Unit::Hour, Now(3600)),

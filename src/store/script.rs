@@ -13,8 +13,9 @@
 //! - sliding window: this window's count after `INCRBY`, and the previous
 //!   window's count;
 //! - token bucket: 1 if the hits were taken (else 0), how far the bucket
-//!   is from full in microseconds, and the tokens its key asked for in the
-//!   window so far, taken or not. The key holds `<arrival time>:<window
+//!   is from full in microseconds, and the tokens its key took in the
+//!   window so far (-1 for a refused request), or asked for, taken or not,
+//!   when its kind carries 8 (a rule in shadow mode). The key holds `<arrival time>:<window
 //!   start>:<tokens asked>`, so the usage costs no call of its own. The
 //!   time is Redis's own (`TIME`), so the clocks of the sluice instances
 //!   sharing a bucket do not matter.
@@ -71,6 +72,8 @@ local function refused(e)
 end
 for i = 0, #ARGV / 8 - 1 do
   local kind, hits, ttl = tonumber(ARGV[8*i+1]), ARGV[8*i+2], ARGV[8*i+3]
+  local demand = kind >= 8
+  if demand then kind = kind - 8 end
   local refund = kind >= 4
   if refund then kind = kind - 4 end
   local key = KEYS[k]
@@ -139,7 +142,8 @@ for i = 0, #ARGV / 8 - 1 do
       c = math.min(n + h, 9007199254740992)
       if after - now > tolerance then
         a, b = 0, base - now
-        if h > 0 then write = tat end
+        -- Refused: counted only where the usage is the whole demand.
+        if not demand then c = -1 elseif h > 0 then write = tat end
       else
         a, b, write = 1, after - now, after
       end
@@ -150,7 +154,8 @@ for i = 0, #ARGV / 8 - 1 do
       -- Kept while the bucket refills and while its window's usage counts.
       local px = math.max(math.ceil((write - now) / 1000), 0) + ttl * 1000
       px = math.max(px, uttl * 1000)
-      redis.call('SET', key, string.format('%.0f:%s:%.0f', write, ustart, c), 'PX', px)
+      -- %d: whole numbers under 2^53, half the cost of %.0f in Redis's Lua.
+      redis.call('SET', key, string.format('%d:%s:%d', write, ustart, c), 'PX', px)
     end
   else
     local n = 0
@@ -213,6 +218,8 @@ pub(super) const ANSWERS: usize = 3;
 
 /// Added to the shape's tag for a refund.
 const REFUND: u64 = 4;
+/// Added to a token bucket's tag when its usage counts refused hits too.
+const DEMAND: u64 = 8;
 
 /// Seconds a key may outlive its window. Expiries are relative to sluice's own
 /// clock, so a skew between sluice and Redis cannot end a window early.
@@ -234,11 +241,14 @@ impl Op {
                 slack,
             ),
         };
+        let demand = inc.usage_counts_refused && inc.algorithm.refill().is_some();
         Op {
             keys,
             slot: inc.slot.clone(),
             args: [
-                u64::from(inc.algorithm.tag()) + if inc.refund { REFUND } else { 0 },
+                u64::from(inc.algorithm.tag())
+                    + if inc.refund { REFUND } else { 0 }
+                    + if demand { DEMAND } else { 0 },
                 inc.hits,
                 ttl,
                 p1,

@@ -47,14 +47,24 @@ pub(super) fn apply(slot: &mut Slot, inc: &Increment, now_us: u64) -> Tally {
             if slot.start != BUCKET || slot.limit != start {
                 (slot.limit, slot.previous) = (start, 0);
             }
+            // Refused hits count only where the usage is the whole demand.
+            let counted =
+                inc.usage_counts_refused || matches!(tally, Tally::Bucket { taken: true, .. });
             let asked = u64::from(slot.previous).saturating_add(inc.hits);
-            slot.previous = u32::try_from(asked).unwrap_or(u32::MAX);
+            if counted {
+                slot.previous = u32::try_from(asked).unwrap_or(u32::MAX);
+            }
             slot.start = BUCKET;
             slot.count = tat;
             // Full again (and so the same as no slot) from then on, but kept
             // while its window's usage is counted.
-            slot.end = secs(tat.div_ceil(1_000_000)).max(end);
-            tally.with_asked(Some(asked))
+            let full = secs(tat.div_ceil(1_000_000));
+            slot.end = if slot.previous > 0 {
+                full.max(end)
+            } else {
+                full
+            };
+            tally.with_asked(counted.then_some(asked))
         }
     }
 }
