@@ -168,6 +168,19 @@ async fn the_fleets_answer_for_any_limit_is_the_exact_count_within_five_percent(
         assert_eq!((keys, refused), (63, exact), "enforced L={l}");
     }
 
+    // sluice advise over both instances: their shares summed, the fleet's
+    // figures (63 keys, 53 past the limit of 10).
+    let line = advise_line(&a, &[&b], "ip");
+    assert!(line.contains(" 63 ") && line.contains(" 53 "), "{line}");
+    // One instance alone shows its share only (KEYS is the fifth column).
+    let alone = advise_line(&a, &[], "ip");
+    let keys: u64 = alone
+        .split_whitespace()
+        .nth(4)
+        .and_then(|k| k.parse().ok())
+        .unwrap();
+    assert!(keys < 63, "{alone}");
+
     let memory = start(&[]);
     let mut clients = vec![memory.client().await];
     let totals = population(&mut clients, "ip").await;
@@ -182,23 +195,34 @@ async fn the_fleets_answer_for_any_limit_is_the_exact_count_within_five_percent(
     assert!(ip["usage"]["max"].as_u64().unwrap() >= 285, "{ip}");
 
     // sluice advise: the same, as a table.
+    let line = advise_line(&memory, &[], "ip");
+    assert!(line.contains(" 63 ") && line.contains(" 53 "), "{line}");
+}
+
+/// `sluice advise`'s line for `rule` of domain auth, asking `first` and
+/// each of `also`.
+fn advise_line(first: &Sluice, also: &[&Sluice], rule: &str) -> String {
+    let mut args = vec![
+        "advise".to_owned(),
+        "--admin".into(),
+        format!("http://{}", first.admin),
+        "--domain".into(),
+        "auth".into(),
+    ];
+    for s in also {
+        args.extend(["--also".to_owned(), format!("http://{}", s.admin)]);
+    }
     let out = std::process::Command::new(sluice_bin())
-        .args([
-            "advise",
-            "--admin",
-            &format!("http://{}", memory.admin),
-            "--domain",
-            "auth",
-        ])
+        .args(&args)
         .output()
         .expect("sluice advise");
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{text}");
     let line = text
         .lines()
-        .find(|l| l.starts_with("auth") && l.contains(" ip "))
-        .expect("a line for ip");
-    assert!(line.contains(" 63 ") && line.contains(" 53 "), "{text}");
+        .find(|l| l.starts_with("auth") && l.contains(&format!(" {rule} ")))
+        .map(str::to_owned);
+    line.unwrap_or_else(|| panic!("no line for {rule}: {text}"))
 }
 
 #[tokio::test]

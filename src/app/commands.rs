@@ -197,18 +197,35 @@ impl AdminCall<'_> {
     }
 }
 
-/// `sluice advise`: the usage of every rule as a table.
+/// `sluice advise`: the usage of every rule as a table, summed over the
+/// instances asked (`--admin` and each `--also`).
 pub fn advise(args: &AdviseArgs) -> Result<ExitCode, AppError> {
     let path = match &args.domain {
         Some(d) => format!("/api/usage?domain={d}"),
         None => "/api/usage".to_owned(),
     };
-    let call = AdminCall {
-        name: "advise",
-        client: &args.client,
-        method: "GET",
-        path: &path,
-        token: None,
+    let mut docs = Vec::new();
+    for admin in std::iter::once(&args.client.admin).chain(&args.also) {
+        let answer = client::call(admin, "GET", &path, None, None, args.client.timeout)
+            .map_err(|e| AppError::msg(format!("{admin}: {e}")))?;
+        if answer.status != 200 {
+            eprintln!(
+                "sluice advise: {admin}: {} {}",
+                answer.status,
+                answer.body.trim()
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+        let doc: serde_json::Value = serde_json::from_str(&answer.body)
+            .with_context(|| format!("{admin}: the answer is not JSON"))?;
+        docs.push(doc);
+    }
+    let fleet = crate::usage::fleet::merge(&docs);
+    let text = if args.client.json {
+        format!("{fleet:#}\n")
+    } else {
+        crate::usage::advice_table(&fleet)
     };
-    call.print(None, crate::usage::advice_table)
+    let _ = std::io::stdout().write_all(text.as_bytes());
+    Ok(ExitCode::SUCCESS)
 }

@@ -76,6 +76,12 @@ pub struct AdviseArgs {
     /// Only this domain.
     #[arg(long)]
     pub(crate) domain: Option<String>,
+    /// Another instance sharing the store (its admin port, as
+    /// http://host:port; repeat for each): each instance counts its share
+    /// of the fleet's usage, so the figures are summed over --admin and
+    /// these.
+    #[arg(long, value_name = "URL")]
+    pub(crate) also: Vec<String>,
 }
 
 /// `sluice counters show|reset|top`.

@@ -11,6 +11,7 @@
 //! enforced limit shows only until the cache answers; a rule in shadow mode
 //! is never cached, so its whole demand is counted.
 
+pub(crate) mod fleet;
 pub(crate) mod history;
 pub(crate) mod levels;
 pub(crate) mod query;

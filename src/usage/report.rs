@@ -14,10 +14,10 @@ fn periods_kept(window_s: u64) -> u64 {
 }
 
 /// The limit usage is held against, and the window. A token bucket's usage
-/// is the tokens a key asked for per window, held against its rate per
-/// window: what a key can sustain (its burst lets one window's worth over
-/// the rate pass now and then, so near the rate the figures are at most
-/// whom it refuses).
+/// is the tokens a key took per window (asked, in shadow mode), held
+/// against its rate per window: what a key can sustain (its burst lets one
+/// window's worth over the rate pass now and then, so near the rate the
+/// figures are at most whom it refuses).
 fn limited(r: &Rule) -> Option<(u64, u64)> {
     match r.limit {
         LimitDef::Limited {
@@ -33,9 +33,25 @@ fn history(r: &Rule, window_s: u64, now: u64) -> Vec<Period> {
     r.stats.usage.periods(window_s, now, periods_kept(window_s))
 }
 
+/// The distribution itself, for a chart and for summing over instances:
+/// `[level, keys that reached it]`, up to the last level any did.
+pub(super) fn distribution(keys: &[i64]) -> Vec<Value> {
+    let last = keys.iter().rposition(|n| *n != 0).map_or(0, |i| i + 1);
+    keys.iter()
+        .take(last)
+        .enumerate()
+        .map(|(i, n)| json!([super::levels::level(i), n]))
+        .collect()
+}
+
+/// What `limit` refused: keys and requests.
+pub(super) fn refused_by(keys: &[i64], limit: u64) -> Value {
+    json!({"keys": keys_refused(keys, limit), "requests": requests_refused(keys, limit)})
+}
+
 /// The quantiles of the per-key peak, and the limits that would refuse
 /// 0.1%, 1% and 5% of keys.
-fn summary(keys: &[i64]) -> Value {
+pub(super) fn summary(keys: &[i64]) -> Value {
     json!({
         "keys": keys.first().copied().unwrap_or(0),
         "p50": quantile(keys, 0.5), "p90": quantile(keys, 0.9),
@@ -63,8 +79,9 @@ pub(crate) fn domain_report(name: &str, domain: &Domain, now: u64) -> Value {
                 "periods": periods.len(),
                 "hits": periods.iter().map(|p| p.hits).sum::<u64>(),
                 "usage": summary(&keys),
-                "refused_by_limit": {"keys": keys_refused(&keys, limit), "requests": requests_refused(&keys, limit)},
+                "refused_by_limit": refused_by(&keys, limit),
                 "shadow_mode": r.shadow_mode,
+                "at_least": distribution(&keys),
             }))
         })
         .collect();
@@ -88,14 +105,7 @@ pub(crate) fn limit_report(rule: &Rule, limit: Option<u64>, now: u64) -> Option<
         })
         .collect();
     let keys = pooled(&periods);
-    // The distribution itself, for a chart: keys that reached each level.
-    let last = keys.iter().rposition(|n| *n != 0).map_or(0, |i| i + 1);
-    let levels: Vec<Value> = keys
-        .iter()
-        .take(last)
-        .enumerate()
-        .map(|(i, n)| json!([super::levels::level(i), n]))
-        .collect();
+    let levels = distribution(&keys);
     Some(json!({
         "rule": &*rule.label, "limit": l, "current_limit": own,
         "window_seconds": window, "period_seconds": period_of(window),
