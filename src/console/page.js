@@ -221,7 +221,9 @@ function usageChart(doc, limit) {
   const svg = document.createElementNS(ns, "svg");
   svg.setAttribute("viewBox", "0 0 600 120");
   svg.setAttribute("class", "usage");
-  const points = doc.at_least;
+  // This instance's share of the fleet's: below 0 where it took back a
+  // refund of hits another instance counted; drawn as none.
+  const points = doc.at_least.map(([level, n]) => [level, Math.max(0, n)]);
   if (!points.length) return svg;
   const maxLevel = Math.max(limit + 1, points[points.length - 1][0]);
   const x = v => 10 + 580 * Math.log(v) / Math.log(maxLevel + 1);
