@@ -173,28 +173,33 @@ impl MemcacheStore {
             Algorithm::TokenBucket { refill, .. } => {
                 let tally = bucket(&mut conn, &key, inc, refill).await?;
                 drop(conn);
-                // The tokens asked in the window, a count of its own (the
-                // advisor's usage; the decision never waits on its failure).
-                // Kept to the window's end: a per-second bucket keeps a few.
-                let (used, server) = self.key(inc, window.start.0);
-                let now = crate::limiter::Now(inc.at_us / 1_000_000);
-                let keep = window.seconds_until_reset(now) + EXPIRY_SLACK_SECONDS;
-                // Refused hits count only where the usage is the whole
-                // demand; a refused request costs no round trip more.
-                let counted = inc.refund
-                    || inc.usage_counts_refused
-                    || matches!(tally, Tally::Bucket { taken: true, .. });
-                let asked = if counted {
-                    match pool_of(pools, server)?.get().await {
-                        Ok(mut conn) => conn.window_count(&used, inc, keep).await.ok(),
-                        Err(_) => None,
-                    }
-                } else {
-                    None
-                };
-                Ok(tally.with_asked(asked))
+                Ok(tally.with_asked(self.taken(pools, inc, &tally).await))
             }
         }
+    }
+
+    /// A bucket's tokens taken in the window (asked, where the usage is the
+    /// whole demand), a count of its own kept to the window's end: the
+    /// advisor's usage. `None` when it was not counted or could not be: a
+    /// refused request costs no round trip more, and a failure here never
+    /// fails the decision.
+    async fn taken(
+        &self,
+        pools: &[Pooled<Manager>],
+        inc: &Increment,
+        tally: &Tally,
+    ) -> Option<u64> {
+        let counted = inc.refund
+            || inc.usage_counts_refused
+            || matches!(tally, Tally::Bucket { taken: true, .. });
+        if !counted {
+            return None;
+        }
+        let (key, server) = self.key(inc, inc.window.start.0);
+        let now = crate::limiter::Now(inc.at_us / 1_000_000);
+        let keep = inc.window.seconds_until_reset(now) + EXPIRY_SLACK_SECONDS;
+        let mut conn = pool_of(pools, server).ok()?.get().await.ok()?;
+        conn.window_count(&key, inc, keep).await.ok()
     }
 
     /// The previous window's count of a sliding window; its key may live on
