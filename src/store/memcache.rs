@@ -189,10 +189,7 @@ impl MemcacheStore {
         inc: &Increment,
         tally: &Tally,
     ) -> Option<u64> {
-        let counted = inc.refund
-            || inc.usage_counts_refused
-            || matches!(tally, Tally::Bucket { taken: true, .. });
-        if !counted {
+        if !inc.counts_usage(tally) {
             return None;
         }
         let (key, server) = self.key(inc, inc.window.start.0);

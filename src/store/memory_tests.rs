@@ -4,24 +4,11 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::limiter::{Unit, Window};
+use crate::limiter::Window;
 use crate::store::CounterKey;
 
 fn inc(v: &str, now: u64) -> Increment {
-    Increment {
-        key: CounterKey::new("d", Unit::Minute, [("k", v)]),
-        hits: 1,
-        at_us: now * 1_000_000,
-        refund: false,
-        cacheable: true,
-        leasable: false,
-        usage_counts_refused: false,
-        slot: None,
-        limit: 100,
-        window: Window::containing(Unit::Minute, Now(now)),
-        algorithm: Algorithm::FixedWindow,
-        on_failure: None,
-    }
+    Increment::test_hit(v, 100, now * 1_000_000)
 }
 
 /// `i` at the clock reading `us`.
@@ -101,23 +88,12 @@ fn counts_per_key_and_restarts_each_window() {
 
 fn shaped(v: &str, algorithm: Algorithm, now: u64) -> Increment {
     let period = crate::limiter::Period::Seconds(10);
+    let space = crate::store::KeySpace { period, algorithm };
     Increment {
-        key: CounterKey::new(
-            "d",
-            crate::store::KeySpace { period, algorithm },
-            [("k", v)],
-        ),
-        hits: 1,
-        at_us: now * 1_000_000,
-        refund: false,
-        cacheable: true,
-        leasable: false,
-        usage_counts_refused: false,
-        slot: None,
-        limit: 5,
+        key: CounterKey::new("d", space, [("k", v)]),
         window: Window::containing(period, Now(now)),
         algorithm,
-        on_failure: None,
+        ..Increment::test_hit(v, 5, now * 1_000_000)
     }
 }
 
@@ -234,17 +210,9 @@ mod sliding_worst_case {
             for _ in 0..tries {
                 let inc = Increment {
                     key: key.clone(),
-                    hits: 1,
-                    at_us: now_ms * 1000,
-                    refund: false,
-                    cacheable: true,
-                    leasable: false,
-                    usage_counts_refused: false,
-                    slot: None,
-                    limit,
                     window,
                     algorithm: Algorithm::SlidingWindow,
-                    on_failure: None,
+                    ..Increment::test_hit("", limit, now_ms * 1000)
                 };
                 let tally = s.count(std::slice::from_ref(&inc))[0];
                 let st = status(

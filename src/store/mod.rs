@@ -71,6 +71,17 @@ pub struct Increment {
     pub on_failure: Option<FailurePolicy>,
 }
 
+impl Increment {
+    /// Whether a token bucket's answer `tally` counts in its usage: a
+    /// refund and hits taken always, refused hits only where the usage is
+    /// the whole demand ([`Increment::usage_counts_refused`]).
+    pub(crate) fn counts_usage(&self, tally: &Tally) -> bool {
+        self.refund
+            || self.usage_counts_refused
+            || matches!(tally, Tally::Bucket { taken: true, .. })
+    }
+}
+
 #[cfg(test)]
 impl Increment {
     /// One hit on the counter `k=value` of domain `d`, a fixed window of a

@@ -117,7 +117,7 @@ for i = 0, #ARGV / 8 - 1 do
     end
     local interval, tolerance = tonumber(ARGV[8*i+4]), tonumber(ARGV[8*i+5])
     local h = tonumber(hits)
-    -- '<arrival time>:<window start>:<tokens asked in it>'
+    -- '<arrival time>:<window start>:<tokens taken in it (asked, on demand)>'
     local got = redis.pcall('GET', key)
     local tat, n = 0, 0
     if type(got) == 'table' then

@@ -48,8 +48,7 @@ pub(super) fn apply(slot: &mut Slot, inc: &Increment, now_us: u64) -> Tally {
                 (slot.limit, slot.previous) = (start, 0);
             }
             // Refused hits count only where the usage is the whole demand.
-            let counted =
-                inc.usage_counts_refused || matches!(tally, Tally::Bucket { taken: true, .. });
+            let counted = inc.counts_usage(&tally);
             let asked = u64::from(slot.previous).saturating_add(inc.hits);
             if counted {
                 slot.previous = u32::try_from(asked).unwrap_or(u32::MAX);
