@@ -22,6 +22,11 @@
 //! - a chunk grows only by doubling after one was spent while trusted, and
 //!   is what was spent otherwise, so a slow key takes no chunk at all.
 //!
+//! A request asked while a take of its counter is in flight skips the
+//! over-limit cache, and a refusal it gets waits, within the store timeout,
+//! for the take to land ([`landing`]): the take was counted first, so its
+//! leased positions are the ones the refusal missed.
+//!
 //! Each request is answered with its own position as the count, the count
 //! it would have got had every leased position before it been spent: so a
 //! refusal, `limit_remaining` and the usage levels are those of a count
@@ -32,9 +37,15 @@ use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use parking_lot::Mutex;
+use tokio::sync::Notify;
 
 use super::{CounterKey, Increment};
-use crate::limiter::{Algorithm, Now, Tally, WindowStart};
+use crate::limiter::{Algorithm, Now, Tally};
+
+mod landing;
+mod lease;
+
+use lease::Lease;
 
 const SHARDS: usize = 16;
 
@@ -66,71 +77,18 @@ pub(crate) enum Plan {
     Take { chunk: u64 },
     /// Ask the store as without leases.
     Plain,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Lease {
-    start: WindowStart,
-    end_s: u64,
-    /// The next position to give, and the last one this instance may.
-    next: u64,
-    last: u64,
-    /// When the lease (or the plain answer) was had, in µs.
-    at_us: u64,
-    /// The last chunk taken and the hits served from it.
-    chunk: u64,
-    spent: u64,
-    /// The count the store last reported.
-    seen: u64,
-    /// A take in flight since this µs (0: none): the others ask plainly.
-    taking_us: u64,
-}
-
-impl Lease {
-    /// The entry of a plain answer: the store's count `after` for `inc`,
-    /// no position of it leased.
-    fn of(inc: &Increment, after: u64) -> Lease {
-        Lease {
-            start: inc.window.start,
-            end_s: inc.window.end(),
-            next: after.saturating_add(1),
-            last: after,
-            at_us: inc.at_us,
-            chunk: inc.hits,
-            spent: inc.hits,
-            seen: after,
-            taking_us: 0,
-        }
-    }
-
-    /// Whether a newcomer may take this entry's place: nothing leased is
-    /// left in it and no take is in flight for it.
-    fn idle(&self) -> bool {
-        self.left() == 0 && self.taking_us == 0
-    }
-
-    /// Gives `inc` the next position of this lease, when the lease is of
-    /// its window and the position is within the lease and `inc`'s limit.
-    fn spend(&mut self, inc: &Increment) -> Option<u64> {
-        let pos = self.next.saturating_add(inc.hits - 1);
-        if self.start != inc.window.start || pos > self.last || pos > u64::from(inc.limit) {
-            return None;
-        }
-        self.next = pos.saturating_add(1);
-        self.spent = self.spent.saturating_add(inc.hits);
-        Some(pos)
-    }
-
-    /// Leased positions not spent yet.
-    fn left(&self) -> u64 {
-        self.last.saturating_add(1).saturating_sub(self.next)
-    }
+    /// Ask the store plainly, never the over-limit cache: a take of the
+    /// counter is in flight, and a refusal waits for it to land.
+    Behind,
 }
 
 /// Leases of one instance, bounded in counters.
 #[derive(Debug)]
 pub(crate) struct Allowance {
     shards: Box<[Mutex<HashMap<CounterKey, Lease>>]>,
+    /// Per shard: woken when a take of one of its counters lands or is
+    /// given up.
+    landed: Box<[Notify]>,
     per_shard: usize,
     max_chunk: u64,
     hasher: RandomState,
@@ -144,6 +102,7 @@ impl Allowance {
     pub(crate) fn new(capacity: usize, max_chunk: u64) -> Allowance {
         Allowance {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            landed: (0..SHARDS).map(|_| Notify::new()).collect(),
             per_shard: if max_chunk < 2 {
                 0
             } else {
@@ -160,7 +119,11 @@ impl Allowance {
         reason = "the index is taken modulo the shard count"
     )]
     fn shard(&self, key: &CounterKey) -> &Mutex<HashMap<CounterKey, Lease>> {
-        &self.shards[self.hasher.hash_one(key) as usize % SHARDS]
+        &self.shards[self.index(key)]
+    }
+
+    fn index(&self, key: &CounterKey) -> usize {
+        self.hasher.hash_one(key) as usize % SHARDS
     }
 
     fn eligible(&self, inc: &Increment) -> bool {
@@ -189,10 +152,12 @@ impl Allowance {
         {
             return Plan::Served(Tally::Count(pos));
         }
-        let taking = l.taking_us != 0 && inc.at_us < l.taking_us.saturating_add(TRUST_US);
+        if l.taking_us != 0 && inc.at_us < l.taking_us.saturating_add(TRUST_US) {
+            return Plan::Behind;
+        }
         // Positions left but not trusted now: the store is asked plainly,
         // and its count renews the lease or voids it (see `answered`).
-        if taking || (same && l.left() > 0) {
+        if same && l.left() > 0 {
             return Plan::Plain;
         }
         let chunk = self.chunk(l, inc, same && trusted);
@@ -228,14 +193,18 @@ impl Allowance {
     /// request planned while a take was in flight comes back after it).
     /// The store counted its own hits as it counts every refusal's.
     pub(crate) fn rescue(&self, inc: &Increment, tally: Tally) -> Tally {
-        let over = matches!(tally, Tally::Count(after) if after > u64::from(inc.limit));
-        if !over || !self.eligible(inc) {
+        if !self.refused(inc, tally) {
             return tally;
         }
         let mut map = self.shard(&inc.key).lock();
         map.get_mut(&inc.key)
             .and_then(|l| l.spend(inc))
             .map_or(tally, Tally::Count)
+    }
+
+    /// Whether `tally` refuses a leasable `inc`.
+    fn refused(&self, inc: &Increment, tally: Tally) -> bool {
+        matches!(tally, Tally::Count(after) if after > u64::from(inc.limit)) && self.eligible(inc)
     }
 
     /// The store answered a take of `chunk` for `inc` with `tally`: the
@@ -280,6 +249,7 @@ impl Allowance {
             (Some(l), Source::Take) => {
                 self.strand(l);
                 *l = lease;
+                self.land(&inc.key);
             }
             (None, _) => {
                 if map.len() >= self.per_shard && !self.make_room(&mut map) {
@@ -330,17 +300,23 @@ impl Allowance {
         idle.and_then(|k| map.remove(&k)).is_some()
     }
 
-    /// A take that got no count (the store failed): the next may try again.
+    /// A take that got no count (the store failed, or its caller went
+    /// away): the next may try again. Another take since (this one ran past
+    /// its trust) is left alone.
     pub(crate) fn abandon(&self, inc: &Increment) {
-        if let Some(l) = self.shard(&inc.key).lock().get_mut(&inc.key) {
+        if let Some(l) = self.shard(&inc.key).lock().get_mut(&inc.key)
+            && l.taking_us == inc.at_us.max(1)
+        {
             l.taking_us = 0;
         }
+        self.land(&inc.key);
     }
 
     /// Voids this instance's lease of a counter (a reset).
     pub(crate) fn forget(&self, key: &CounterKey) {
         if self.per_shard > 0 {
             self.shard(key).lock().remove(key);
+            self.land(key);
         }
     }
 

@@ -24,7 +24,7 @@ impl Shared {
                 self.0 += chunk;
                 count(a.took(inc, chunk, Tally::Count(self.0), inc.at_us))
             }
-            Plan::Plain => {
+            Plan::Plain | Plan::Behind => {
                 self.0 += inc.hits;
                 a.answered(inc, &Tally::Count(self.0));
                 self.0
@@ -136,12 +136,15 @@ fn one_take_at_a_time_and_a_failed_one_can_be_retried() {
     assert_eq!(a.plan(&at("a", 1000, 60_000_001)), Plan::Take { chunk: 2 });
     assert_eq!(
         a.plan(&at("a", 1000, 60_000_002)),
-        Plan::Plain,
+        Plan::Behind,
         "a take in flight"
     );
     // A plain answer meanwhile leaves the take in flight alone.
     a.answered(&at("a", 1000, 60_000_002), &Tally::Count(2));
-    assert_eq!(a.plan(&at("a", 1000, 60_000_003)), Plan::Plain);
+    assert_eq!(a.plan(&at("a", 1000, 60_000_003)), Plan::Behind);
+    // Only the take's own failure gives it up.
+    a.abandon(&at("a", 1000, 60_000_002));
+    assert_eq!(a.plan(&at("a", 1000, 60_000_003)), Plan::Behind);
     a.abandon(&at("a", 1000, 60_000_001));
     assert!(matches!(
         a.plan(&at("a", 1000, 60_000_004)),
@@ -219,7 +222,7 @@ fn a_refusal_is_answered_from_a_lease_the_instance_holds() {
     let take = at("a", 50, 60_000_001);
     assert_eq!(a.plan(&take), Plan::Take { chunk: 2 });
     let waiting = at("a", 50, 60_000_002);
-    assert_eq!(a.plan(&waiting), Plan::Plain, "a take in flight");
+    assert_eq!(a.plan(&waiting), Plan::Behind, "a take in flight");
     // Another instance spent the rest meanwhile: the take gets 49 and 50.
     assert_eq!(
         a.took(&take, 2, Tally::Count(50), 60_000_003),
@@ -230,6 +233,48 @@ fn a_refusal_is_answered_from_a_lease_the_instance_holds() {
     // Nothing left: a refusal stays one.
     assert_eq!(a.rescue(&waiting, Tally::Count(52)), Tally::Count(52));
     assert_eq!(a.sweep(Now(1_000_000)), 0, "nothing stranded");
+}
+
+/// A refusal handled before the take it was counted behind waits for the
+/// take to land and is answered from its lease; with no take in flight, or
+/// none landing in time, a refusal is answered at once.
+#[tokio::test(start_paused = true)]
+async fn a_refusal_behind_a_take_in_flight_waits_for_its_lease() {
+    use std::time::Duration;
+    use tokio::time::Instant;
+    let a = std::sync::Arc::new(Allowance::new(100, 4096));
+    a.answered(&at("a", 50, 60_000_000), &Tally::Count(30));
+    let take = at("a", 50, 60_000_001);
+    assert_eq!(a.plan(&take), Plan::Take { chunk: 2 });
+    let behind = at("a", 50, 60_000_002);
+    assert_eq!(a.plan(&behind), Plan::Behind);
+    // Its count (past the limit) is handled before the take's answer.
+    a.answered(&behind, &Tally::Count(51));
+    assert_eq!(a.rescue(&behind, Tally::Count(51)), Tally::Count(51));
+    let until = Instant::now() + Duration::from_millis(20);
+    let waiting = tokio::spawn({
+        let (a, behind) = (a.clone(), behind.clone());
+        async move { a.behind_take(&behind, Tally::Count(51), until).await }
+    });
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert!(!waiting.is_finished(), "waits for the take");
+    assert_eq!(
+        a.took(&take, 2, Tally::Count(50), 60_000_003),
+        Tally::Count(49)
+    );
+    assert_eq!(waiting.await.ok(), Some(Tally::Count(50)));
+    assert_eq!(a.sweep(Now(1_000_000)), 0, "nothing stranded");
+    // No take in flight: at once. A take that never lands: until `until`.
+    let started = Instant::now();
+    let refused = Tally::Count(52);
+    assert_eq!(a.behind_take(&behind, refused, until).await, refused);
+    assert_eq!(Instant::now(), started);
+    let b = at("b", 50, 60_000_001);
+    a.answered(&b, &Tally::Count(30));
+    assert_eq!(a.plan(&at("b", 50, 60_000_002)), Plan::Take { chunk: 2 });
+    let until = Instant::now() + Duration::from_millis(20);
+    assert_eq!(a.behind_take(&b, refused, until).await, refused);
+    assert_eq!(Instant::now(), until);
 }
 
 /// A flood of new keys into a full map never evicts a counter's live

@@ -20,6 +20,9 @@ enum Mode {
     FailRequests,
     /// Never answers.
     Hang,
+    /// Counts at once, but answers a call with a take (hits over 1) 5 ms
+    /// later: a take counted before a plain request, answered after it.
+    SlowTakes,
 }
 
 struct Fake {
@@ -57,7 +60,7 @@ impl Primary for Arc<Fake> {
             Mode::Hang => unreachable!(),
             Mode::FailRequests => Err(StoreError::Unavailable("NOSCRIPT".into())),
             Mode::Short => Ok(Vec::new()),
-            Mode::Count => batch
+            Mode::Count | Mode::SlowTakes => batch
                 .iter()
                 .map(|inc| {
                     let name = format!("{:?}", inc.key.parts().1);
@@ -71,6 +74,12 @@ impl Primary for Arc<Fake> {
                 })
                 .collect(),
         };
+        if mode == Mode::SlowTakes && batch.iter().any(|inc| inc.hits > 1) {
+            return Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                result
+            });
+        }
         Box::pin(std::future::ready(result))
     }
 
@@ -110,12 +119,16 @@ fn inc(v: &str) -> Increment {
 }
 
 fn net(fake: &Arc<Fake>, policy: FailurePolicy) -> Arc<Resilient> {
+    net_with(fake, policy, 0)
+}
+
+fn net_with(fake: &Arc<Fake>, policy: FailurePolicy, cache_size: usize) -> Arc<Resilient> {
     Arc::new(Resilient::new(
         fake.clone(),
         ResilientOptions {
             policy,
             timeout: Duration::from_millis(20),
-            cache_size: 0,
+            cache_size,
             max_counters: 1000,
             allowance_keys: 1000,
             allowance_max_chunk: 4096,
@@ -314,5 +327,65 @@ async fn a_caller_past_its_deadline_is_never_sent_to_the_store() {
         r.increment_until(&[inc("a")], later).await.unwrap(),
         [Tally::Count(1)]
     );
+    token.cancel();
+}
+
+/// Yields until the fake has had `calls` calls: false if it never does.
+async fn called(fake: &Fake, calls: usize) -> bool {
+    for _ in 0..1000 {
+        if fake.calls.load(Relaxed) >= calls {
+            return true;
+        }
+        tokio::task::yield_now().await;
+    }
+    false
+}
+
+/// A take counted before plain requests but answered after them: each of
+/// them refused meanwhile (another instance spent the rest) waits for the
+/// take and is answered from its lease, none from the over-limit cache, so
+/// no leased position is left unspent while a request for it was refused.
+#[tokio::test(start_paused = true)]
+async fn refusals_behind_a_take_in_flight_get_its_positions() {
+    let fake = Fake::new(Mode::SlowTakes);
+    let r = net_with(&fake, FailurePolicy::Deny, 100);
+    let token = CancellationToken::new();
+    connected(&r, &token).await;
+    let hot = || Increment {
+        leasable: true,
+        limit: 1000,
+        ..inc("hot")
+    };
+    // A plain count, a take of 2 and a request served from it.
+    for want in 1..=3 {
+        assert_eq!(r.increment(&[hot()]).await.unwrap(), [Tally::Count(want)]);
+    }
+    let take = tokio::spawn({
+        let r = r.clone();
+        async move { r.increment(&[hot()]).await }
+    });
+    assert!(called(&fake, 3).await, "the take of 4 is counted");
+    // Other instances spend the rest of the window.
+    *fake.counts.lock().unwrap().values_mut().next().unwrap() = 1000;
+    let mut behind = Vec::new();
+    for calls in [4, 5] {
+        let r = r.clone();
+        behind.push(tokio::spawn(async move { r.increment(&[hot()]).await }));
+        assert!(
+            called(&fake, calls).await,
+            "asked of the store, not the cache"
+        );
+    }
+    assert!(
+        behind.iter().all(|b| !b.is_finished()),
+        "waiting for the take"
+    );
+    assert_eq!(take.await.unwrap().unwrap(), [Tally::Count(4)]);
+    let mut got = Vec::new();
+    for b in behind {
+        got.extend(b.await.unwrap().unwrap());
+    }
+    assert_eq!(got, [Tally::Count(5), Tally::Count(6)]);
+    assert_eq!(r.increment(&[hot()]).await.unwrap(), [Tally::Count(7)]);
     token.cancel();
 }

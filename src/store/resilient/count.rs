@@ -28,7 +28,11 @@ impl Resilient {
         if let Plan::Served(t) = plan {
             return Step::Leased(t);
         }
-        if let Some(t) = self.cache.over(inc) {
+        // Behind a take in flight, a refusal waits for the take's lease
+        // (`Allowance::behind_take`), so none is remembered.
+        if plan != Plan::Behind
+            && let Some(t) = self.cache.over(inc)
+        {
             if let Plan::Take { .. } = plan {
                 self.allowance.abandon(inc);
             }
@@ -118,18 +122,30 @@ impl Resilient {
     ) -> Result<Vec<Tally>, StoreError> {
         let wire: Vec<&Increment> = asked.iter().map(|(_, sent)| *sent).collect();
         let own = || asked.iter().map(|(inc, _)| *inc);
+        let until = Instant::now() + self.wait(deadline);
+        // Takes not answered (the store failed, or this caller went away
+        // mid-call) are given up, so the counter's next may take again.
+        let mut takes = Takes {
+            net: self,
+            asked,
+            landed: false,
+        };
         let result = self.ask_primary(&wire, deadline).await;
-        if result.is_err() {
-            for (inc, _) in asked.iter().filter(|(inc, sent)| is_take(inc, sent)) {
-                self.allowance.abandon(inc);
-            }
-        }
         match result {
-            Ok(got) => Ok(asked
-                .iter()
-                .zip(got)
-                .map(|((inc, sent), t)| self.answered(inc, sent, t))
-                .collect()),
+            Ok(got) => {
+                let mut tallies: Vec<Tally> = asked
+                    .iter()
+                    .zip(got)
+                    .map(|((inc, sent), t)| self.answered(inc, sent, t))
+                    .collect();
+                takes.landed = true;
+                for ((inc, sent), t) in asked.iter().zip(&mut tallies) {
+                    if !is_take(inc, sent) {
+                        *t = self.allowance.behind_take(inc, *t, until).await;
+                    }
+                }
+                Ok(tallies)
+            }
             // The policy decides each request for its own hits: a chunk
             // the store did not count was never leased.
             Err(Undecided::Store) => Ok(self.by_policy(&own().collect::<Vec<_>>())),
@@ -155,6 +171,24 @@ impl Resilient {
         }
         self.allowance.answered(inc, &t);
         self.allowance.rescue(inc, t)
+    }
+}
+
+/// The takes of one call to the store, given up unless answered.
+struct Takes<'a> {
+    net: &'a Resilient,
+    asked: &'a [(&'a Increment, &'a Increment)],
+    landed: bool,
+}
+
+impl Drop for Takes<'_> {
+    fn drop(&mut self) {
+        if self.landed {
+            return;
+        }
+        for (inc, _) in self.asked.iter().filter(|(inc, sent)| is_take(inc, sent)) {
+            self.net.allowance.abandon(inc);
+        }
     }
 }
 
