@@ -48,6 +48,19 @@ fn warm(sluices: &[&Sluice], envoys: &[&QuotaEnvoy], key: &str) {
         }),
         "shares never settled"
     );
+    // And every Envoy has received its share: a share sluice decided but
+    // had not yet sent is not held (and a killed sluice never sends it).
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let held: Option<f64> = envoys.iter().map(|e| e.held_per_second()).sum();
+            held.is_some_and(|h| h <= (LIMIT / WINDOW) as f64 + 0.01)
+        }),
+        "Envoys never held their shares: {:?}",
+        envoys
+            .iter()
+            .map(|e| e.held_per_second())
+            .collect::<Vec<_>>()
+    );
 }
 
 /// Floods both Envoys for one window; returns what each admitted.

@@ -97,7 +97,28 @@ impl QuotaEnvoy {
             envoy.try_get("/api/health", None).is_some_and(|s| s == 200)
         });
         assert!(up, "envoy did not come up: {}", envoy.log());
+        // What the RLQS client receives is logged at debug: the tests read
+        // the assignment Envoy holds from it (`held_per_second`).
+        let logging = format!("http://127.0.0.1:{admin}/logging?rate_limit_quota=debug");
+        let set = envoy.agent.post(logging).send_empty();
+        assert!(set.is_ok_and(|r| r.status() == 200), "admin /logging");
         envoy
+    }
+
+    /// The rate of the last token bucket sluice assigned this Envoy, as its
+    /// log shows it received it: None before any.
+    pub fn held_per_second(&self) -> Option<f64> {
+        let log = self.log();
+        let bucket = &log[log.rfind("token_bucket {")?..];
+        let field = |name: &str, inner: &str| -> Option<f64> {
+            let rest = &bucket[bucket.find(name)?..];
+            let rest = &rest[rest.find(inner)? + inner.len()..];
+            let end = rest.find(|c: char| !c.is_ascii_digit() && c != '.')?;
+            rest[..end].parse().ok()
+        };
+        let tokens = field("tokens_per_fill {", "value: ")?;
+        let seconds = field("fill_interval {", "seconds: ")?;
+        Some(tokens / seconds)
     }
 
     pub fn log(&self) -> String {
