@@ -410,6 +410,17 @@ pub fn metric(text: &str, series: &str) -> Option<f64> {
     })
 }
 
+/// The sum of every series of `family` (whatever its labels).
+pub fn metric_sum(text: &str, family: &str) -> f64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(family)
+                .is_some_and(|rest| rest.starts_with(['{', ' ']))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 pub fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
