@@ -50,6 +50,18 @@ impl RuleStats {
     }
 }
 
+/// A shadow-mode rule's hits answered from the over-limit cache reach its
+/// usage when the store has counted them.
+impl crate::store::CountedLate for RuleStats {
+    fn counted_late(&self, inc: &crate::store::Increment, tally: crate::limiter::Tally) {
+        if let Some((before, after, hits)) = crate::usage::crossing(tally, inc.hits, false) {
+            let window = inc.window.period.seconds();
+            self.usage
+                .record(window, inc.at_us / 1_000_000, before, after, hits);
+        }
+    }
+}
+
 /// Where compiled rules get their counters, so config compiles without
 /// knowing metrics: the server hands the metrics' rule table (the same
 /// counters across reloads); a load that only checks hands [`Detached`].

@@ -29,6 +29,9 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 2}
   - key: d
     rate_limit: {unit: day, requests_per_unit: 2}
+  - key: shadowed
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 3}
 ";
 
 /// Envoy's filter gives each call a deadline; a store outage must never make
@@ -199,6 +202,80 @@ async fn keys_carry_prefix_format_and_a_bounded_expiry() {
             .iter()
             .any(|l| l.contains("example.com")),
         "no email in logs"
+    );
+}
+
+/// A migration fleet shares the reference's keys: what a reference instance
+/// reads there must be the hits, never a leased chunk counted ahead of them
+/// (the reference's `TestGenerateCacheKeysWithShareThreshold`). With the
+/// shipped defaults (leasing on) and `--key-format envoyproxy`.
+#[tokio::test]
+async fn a_reference_key_holds_exactly_the_hits() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let s = start(&[
+        "--redis-url",
+        &url,
+        "--key-format",
+        "envoyproxy",
+        "--redis-timeout",
+        "2s",
+    ]);
+    wait_ready(&s);
+    let mut c = s.client().await;
+    for n in 1..=6u32 {
+        assert_eq!(
+            ask(&mut c, "shop", &[("hot", "mig")]).await.overall_code,
+            OK
+        );
+        let keys = redis.counter_keys().join("\n");
+        let key = keys.trim();
+        assert!(key.starts_with("shop_hot_mig_"), "{key}");
+        assert_eq!(
+            redis.cli(&["get", key]).trim(),
+            n.to_string(),
+            "after {n} requests the reference's key must hold {n}"
+        );
+    }
+}
+
+/// A bot flooding a shadow-mode rule is answered from the over-limit cache
+/// as an enforced rule's is (the reference's
+/// `TestOverLimitWithLocalCacheShadowRule`), yet the store still counts its
+/// whole demand, which is the usage the advisor reads.
+#[tokio::test]
+async fn a_flooded_shadow_rule_is_answered_from_the_cache_and_still_counted() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let s = start(&["--redis-url", &url, "--redis-timeout", "2s"]);
+    wait_ready(&s);
+    let mut c = s.client().await;
+    let before = redis.calls("incrby") + redis.calls("evalsha") + redis.calls("eval");
+    for _ in 0..300 {
+        assert_eq!(
+            ask(&mut c, "shop", &[("shadowed", "bot")])
+                .await
+                .overall_code,
+            OK
+        );
+    }
+    let calls = redis.calls("incrby") + redis.calls("evalsha") + redis.calls("eval") - before;
+    assert!(
+        calls < 100,
+        "300 requests on a flooded shadow rule cost {calls} store calls"
+    );
+    let cached = metric(&s.get("/metrics").1, "sluice_store_local_cache_hits_total").unwrap_or(0.0);
+    assert!(cached >= 200.0, "{cached} answered from the cache");
+    // Every hit reaches the store's count, within a moment.
+    let count = || {
+        let keys = redis.counter_keys();
+        keys.first()
+            .map(|k| redis.cli(&["get", k]).trim().to_owned())
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || count().as_deref() == Some("300")),
+        "the store holds {:?} of 300 hits",
+        count()
     );
 }
 

@@ -119,9 +119,29 @@ async fn population(clients: &mut [Client], rule: &str) -> Vec<u64> {
 
 type Client = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<tonic::transport::Channel>;
 
-/// A shadow-mode rule (the advisor's workflow: count, never refuse, never
-/// answered from the cache) gives every key's whole demand.
+/// A shadow-mode rule (the advisor's workflow: count, never refuse) gives
+/// every key's whole demand: what the over-limit cache answered is counted
+/// by the store within a quarter second, so the figures are polled until
+/// they hold every request.
 fn check(totals: &[u64], instances: &[&Sluice], place: &str) {
+    let all: i64 = totals.iter().sum::<u64>() as i64;
+    let hits = || -> i64 {
+        instances
+            .iter()
+            .flat_map(|s| {
+                usage(s, "domain=auth&rule=ip")["windows"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .map(|w| w["hits"].as_i64().unwrap_or(0))
+            .sum()
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || hits() == all),
+        "{place}: the fleet's figures hold {} hits of {all}",
+        hits()
+    );
     let exact_keys = |l: u64| totals.iter().filter(|t| **t > l).count() as u64;
     let exact_requests = |l: u64| totals.iter().map(|t| t.saturating_sub(l)).sum::<u64>();
     for l in [1, 5, 10, 25, 40, 59, 100, 299, 300] {

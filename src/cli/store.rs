@@ -85,7 +85,8 @@ pub struct StoreArgs {
     /// Answer hot fixed-window counters far from their limit from chunks of
     /// the limit leased from the shared store, never over the limit; false
     /// asks the store for every request (a rule opts out with
-    /// `leased_allowance: false`).
+    /// `leased_allowance: false`). Always off under `--key-format
+    /// envoyproxy`, whose keys a reference fleet reads as the hits.
     #[arg(long, env = "SLUICE_LEASED_ALLOWANCE", default_value_t = true, action = clap::ArgAction::Set)]
     pub(crate) leased_allowance: bool,
     /// Counters that may hold leased allowance at once; when full, a new
@@ -100,13 +101,21 @@ pub struct StoreArgs {
 }
 
 impl StoreArgs {
+    /// Whether hot counters may be answered from leased allowance. Never
+    /// under `--key-format envoyproxy`: a lease counts its whole chunk in the
+    /// shared key ahead of the hits, and a reference instance reading that
+    /// key during a migration would refuse early. Its counters hold the hits.
+    pub(crate) fn leases_allowance(&self) -> bool {
+        self.leased_allowance && self.key_format != KeyFormat::Envoyproxy
+    }
+
     pub(crate) fn resilient_options(&self) -> ResilientOptions {
         ResilientOptions {
             policy: self.store_failure,
             timeout: self.redis_timeout,
             cache_size: self.local_cache_size,
             max_counters: self.max_counters,
-            allowance_keys: if self.leased_allowance {
+            allowance_keys: if self.leases_allowance() {
                 self.allowance_keys
             } else {
                 0

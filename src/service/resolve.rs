@@ -13,7 +13,7 @@ use crate::config::{Domain, LimitDef, Match, Rule};
 use crate::limiter::{self, Algorithm, Counted, Now, Period, Tally, Window};
 use crate::request::{Descriptor, Request};
 use crate::rule_stats::RuleStats;
-use crate::store::{CounterKey, Increment, KeySpace};
+use crate::store::{CountedLate, CounterKey, Increment, KeySpace};
 
 use super::headers::Shown;
 
@@ -87,9 +87,9 @@ impl Counting<'_> {
             // Every other rule is cached: a refusal is trusted for half a
             // second, so a refund or reset through any instance is seen on
             // every one within that (the marked ones are never cached). A
-            // shadow-mode rule refuses no one, so the cache would save
-            // nothing but the count its usage is read from.
-            cacheable: !refundable && !self.rule.is_some_and(|r| r.shadow_mode),
+            // shadow-mode rule is cached too (a flood of it must not reach
+            // the store): the cache keeps its hits for the store to count.
+            cacheable: !refundable,
             // A refundable counter's count falls with every refund, which
             // would void other instances' leases again and again: it asks
             // the store for every request, as `leased_allowance: false`.
@@ -101,6 +101,14 @@ impl Counting<'_> {
             algorithm: self.algorithm,
             on_failure: self.rule.and_then(|r| r.on_failure),
             slot: self.slot.clone(),
+            // A shadow-mode rule's hits the cache answers are counted by
+            // the store later: its usage hears of them then.
+            late: match self.rule {
+                Some(r) if r.shadow_mode && !refundable => {
+                    Some(self.stats.clone() as Arc<dyn CountedLate>)
+                }
+                _ => None,
+            },
         }
     }
 

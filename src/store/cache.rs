@@ -8,6 +8,13 @@
 //! within that, on every rule, for one store call per flooded counter per
 //! half second. The instance that resets or refunds forgets at once.
 //!
+//! A shadow-mode rule's counter is answered here too (a bot flooding it
+//! would otherwise reach the store with every request), but its demand is
+//! its usage: each hit answered here is kept as pending, and the safety
+//! net's background counts them in the store a quarter second later, in one
+//! increment per counter ([`OverLimitCache::due`]), so the store's count stays
+//! the fleet's whole demand.
+//!
 //! It remembers the count seen, not a verdict: a request is answered locally
 //! only when that count plus its hits exceeds *its* limit, so a per-request
 //! `limit` override that allows more still goes to Redis (the reference's
@@ -27,13 +34,17 @@ const SHARDS: usize = 16;
 /// bound on how long another instance's reset or refund can go unseen here.
 const TRUST_US: u64 = 500_000;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Seen {
     start: WindowStart,
     end: u64,
     count: u64,
     /// The clock reading of the request whose answer this is, in µs.
     at_us: u64,
+    /// A shadow-mode counter's hits answered here and not yet counted by
+    /// the store, and the last increment answered (what to count them as).
+    pending: u64,
+    shadow: Option<Box<Increment>>,
 }
 
 /// A bounded map of counters known to be over their limit.
@@ -65,7 +76,9 @@ impl OverLimitCache {
     /// The count to answer with when `inc` is certainly over its limit.
     /// Fixed windows only: a sliding window's estimate falls as time passes,
     /// and a token bucket refills within the window, so remembering either
-    /// would turn a short wait into a whole-window block.
+    /// would turn a short wait into a whole-window block. A shadow-mode
+    /// counter's hits answered here are added to its count and kept as
+    /// pending for the store.
     pub fn over(&self, inc: &Increment) -> Option<Tally> {
         if self.per_shard == 0
             || inc.algorithm != Algorithm::FixedWindow
@@ -74,11 +87,42 @@ impl OverLimitCache {
         {
             return None;
         }
-        let seen = *self.shard(&inc.key).lock().get(&inc.key)?;
+        let mut map = self.shard(&inc.key).lock();
+        let seen = map.get_mut(&inc.key)?;
         let after = seen.count.saturating_add(inc.hits);
         let trusted = inc.at_us < seen.at_us.saturating_add(TRUST_US);
-        (trusted && seen.start == inc.window.start && after > u64::from(inc.limit))
-            .then_some(Tally::Remembered(after))
+        if !(trusted && seen.start == inc.window.start && after > u64::from(inc.limit)) {
+            return None;
+        }
+        if inc.late.is_some() {
+            seen.count = after;
+            seen.pending = seen.pending.saturating_add(inc.hits);
+            match &mut seen.shadow {
+                Some(last) => last.at_us = inc.at_us,
+                None => seen.shadow = Some(Box::new(inc.clone())),
+            }
+        }
+        Some(Tally::Remembered(after))
+    }
+
+    /// The shadow-mode hits answered here and not yet counted, handed over
+    /// (once) as one increment per counter, for the store to count.
+    pub fn due(&self) -> Vec<Increment> {
+        let mut due = Vec::new();
+        if self.per_shard == 0 {
+            return due;
+        }
+        for shard in self.shards.iter() {
+            for seen in shard.lock().values_mut().filter(|s| s.pending > 0) {
+                if let Some(last) = &seen.shadow {
+                    due.push(Increment {
+                        hits: std::mem::take(&mut seen.pending),
+                        ..(**last).clone()
+                    });
+                }
+            }
+        }
+        due
     }
 
     /// Remembers a count the store returned, when it is over the limit.
@@ -98,13 +142,20 @@ impl OverLimitCache {
                 map.remove(&old);
             }
         }
+        // Hits answered here and not yet counted are not in this count.
+        let (pending, shadow) = match map.remove(&inc.key) {
+            Some(s) if s.start == inc.window.start => (s.pending, s.shadow),
+            _ => (0, None),
+        };
         map.insert(
             inc.key.clone(),
             Seen {
                 start: inc.window.start,
                 end: inc.window.end(),
-                count,
+                count: count.saturating_add(pending),
                 at_us: inc.at_us,
+                pending,
+                shadow,
             },
         );
     }
@@ -211,5 +262,39 @@ mod tests {
         let off = OverLimitCache::new(0);
         off.record(&inc("a", 0, 60), &Tally::Count(1));
         assert_eq!(off.over(&inc("a", 0, 60)), None);
+    }
+
+    #[derive(Debug)]
+    struct Listener;
+    impl crate::store::CountedLate for Listener {
+        fn counted_late(&self, _: &Increment, _: Tally) {}
+    }
+
+    /// A shadow-mode counter is answered here, its hits kept for the store
+    /// and handed over once; the store's count then includes them.
+    #[test]
+    fn a_shadow_counters_hits_are_kept_for_the_store() {
+        let c = OverLimitCache::new(100);
+        let shadow = |at_us| Increment {
+            late: Some(std::sync::Arc::new(Listener)),
+            ..at("s", 3, at_us)
+        };
+        c.record(&shadow(60_000_000), &Tally::Count(4));
+        assert_eq!(c.over(&shadow(60_000_001)), Some(Tally::Remembered(5)));
+        assert_eq!(c.over(&shadow(60_000_002)), Some(Tally::Remembered(6)));
+        let due = c.due();
+        assert_eq!(due.len(), 1);
+        assert_eq!((due[0].hits, due[0].at_us), (2, 60_000_002));
+        assert!(c.due().is_empty(), "handed over once");
+        // Answered again before the store's count of the two comes back:
+        // that one is still pending, on top of the store's count.
+        assert_eq!(c.over(&shadow(60_000_003)), Some(Tally::Remembered(7)));
+        c.record(&due[0], &Tally::Count(6));
+        assert_eq!(c.over(&shadow(60_000_004)), Some(Tally::Remembered(8)));
+        assert_eq!(c.due()[0].hits, 2);
+        // An enforced counter keeps nothing.
+        c.record(&at("e", 3, 60_000_000), &Tally::Count(4));
+        assert!(c.over(&at("e", 3, 60_000_001)).is_some());
+        assert!(c.due().is_empty());
     }
 }

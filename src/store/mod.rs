@@ -21,6 +21,7 @@ mod sentinel;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 pub use crate::key::{CounterKey, KeySpace};
 pub use cache::OverLimitCache;
@@ -69,6 +70,19 @@ pub struct Increment {
     pub algorithm: Algorithm,
     /// The rule's `on_store_failure`, over the server's `--store-failure`.
     pub on_failure: Option<FailurePolicy>,
+    /// Who hears of this counter's hits that the store counts after their
+    /// request was answered (a shadow-mode rule's, answered from the
+    /// over-limit cache); `None` for every other rule.
+    pub late: Option<Arc<dyn CountedLate>>,
+}
+
+/// Told of hits the store counted after their requests were answered: a
+/// shadow-mode rule's answered from the over-limit cache, counted by the
+/// background in one increment (`inc`, whose `hits` they are), `tally` the
+/// store's count after. Observation from the side: the store knows nothing
+/// of who listens.
+pub trait CountedLate: Send + Sync + std::fmt::Debug {
+    fn counted_late(&self, inc: &Increment, tally: Tally);
 }
 
 impl Increment {
@@ -102,6 +116,7 @@ impl Increment {
             window: Window::containing(minute, now),
             algorithm: Algorithm::FixedWindow,
             on_failure: None,
+            late: None,
         }
     }
 }

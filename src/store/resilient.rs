@@ -15,6 +15,7 @@ use tracing::warn;
 
 mod blame;
 mod count;
+mod late;
 mod primary;
 mod recovery;
 mod reset;
@@ -312,8 +313,13 @@ impl Store for Resilient {
     fn background(self: Arc<Self>, token: CancellationToken) -> Option<BoxFuture<'static, ()>> {
         let lag = self.lag.clone();
         let watch = token.clone();
+        let late = token.clone();
         Some(Box::pin(async move {
-            tokio::join!(self.probe(token), lag.watch(watch));
+            tokio::join!(
+                self.clone().count_late(late),
+                self.probe(token),
+                lag.watch(watch)
+            );
         }))
     }
 

@@ -115,6 +115,7 @@ fn inc(v: &str) -> Increment {
         window: Window::containing(Unit::Hour, Now(3600)),
         algorithm: crate::limiter::Algorithm::FixedWindow,
         on_failure: None,
+        late: None,
     }
 }
 

@@ -8,8 +8,10 @@
 //! ([`levels`]). Only the store's counts are used, so the fleet's figures
 //! are exact: a request answered from the local over-limit cache (an
 //! enforced rule's key past its limit) adds nothing, and demand past an
-//! enforced limit shows only until the cache answers; a rule in shadow mode
-//! is never cached, so its whole demand is counted.
+//! enforced limit shows only until the cache answers. A rule in shadow mode
+//! is answered from the cache too, but the hits answered there are counted
+//! by the store within a quarter second ([`crate::store::CountedLate`]),
+//! whose answer crosses their levels: its whole demand is counted.
 
 pub(crate) mod fleet;
 pub(crate) mod history;

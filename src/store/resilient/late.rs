@@ -1,0 +1,51 @@
+//! A shadow-mode rule's hits answered from the over-limit cache, counted in
+//! the store in the background: one increment per counter a quarter second,
+//! so a flood of a shadow rule costs the store what a flood of an enforced
+//! one does, and the store's count (the usage the advisor reads) stays the
+//! whole demand.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::Resilient;
+use crate::store::Increment;
+
+/// How often the hits kept in the cache are counted in the store.
+pub(super) const LATE_EVERY: Duration = Duration::from_millis(250);
+
+impl Resilient {
+    /// Counts what is due every [`LATE_EVERY`] until cancelled.
+    pub(super) async fn count_late(self: Arc<Self>, token: CancellationToken) {
+        let mut tick = tokio::time::interval(LATE_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = token.cancelled() => return,
+            }
+            self.count_due().await;
+        }
+    }
+
+    /// One round: the hits due, counted in one call, each counter's new
+    /// count remembered and told to its listener. Hits the store could not
+    /// count are lost to the usage only: their requests were answered.
+    pub(super) async fn count_due(&self) {
+        let due = self.cache.due();
+        if due.is_empty() {
+            return;
+        }
+        let refs: Vec<&Increment> = due.iter().collect();
+        let Ok(tallies) = self.ask_primary(&refs, None).await else {
+            return;
+        };
+        for (inc, tally) in due.iter().zip(tallies) {
+            self.cache.record(inc, &tally);
+            if let Some(late) = &inc.late {
+                late.counted_late(inc, tally);
+            }
+        }
+    }
+}
