@@ -378,14 +378,34 @@ async fn bad_input_is_refused_and_a_reset_touches_no_other_counter() {
             "descriptors",
         ),
         (r#"{"domain":"auth","descriptors":[]}"#, "descriptor"),
+        (
+            r#"{"domain":"auth","descriptors":[{"entries":[]}]}"#,
+            "descriptor 1 has no entries",
+        ),
     ];
     for (bad, says) in cases {
         let (code, text) = admin(&s, "POST", "/api/counters/reset", None, bad);
         assert_eq!(code, 400, "{bad}: {text}");
         assert!(text.contains(says), "{bad}: {text}");
     }
+    // A reset that meets no limit says so: 404, nothing reset.
+    let (code, text) = admin(
+        &s,
+        "POST",
+        "/api/counters/reset",
+        None,
+        &body(&[&[("nomatch", "x")]]),
+    );
+    assert_eq!(code, 404, "{text}");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(
+        (doc["reset"].clone(), doc["counters_reset"].clone()),
+        (false.into(), 0.into()),
+        "{text}"
+    );
     let reset = counters(&s, "/api/counters/reset", None, &[&[("fixed", "mine")]]);
     assert_eq!(limits(&reset)[0]["count"], 2);
+    assert_eq!(reset["counters_reset"], 1);
     let other = counters(&s, "/api/counters", None, &[&[("fixed", "other")]]);
     assert_eq!(
         limits(&other)[0]["count"],

@@ -1,7 +1,8 @@
 //! The counters endpoints ([`crate::counters`]) on the admin port:
 //!
 //! - `POST /api/counters`: what descriptors meet now and why; spends nothing.
-//! - `POST /api/counters/reset`: empties those counters; answers what they held.
+//! - `POST /api/counters/reset`: empties those counters; answers what they
+//!   held and how many (404 when the descriptors meet no limit).
 //! - `GET /api/counters/top`: the keys most often refused lately, in clear
 //!   with a lookup ready for each; masked, as the console shows them, to a
 //!   caller without the token.
@@ -105,6 +106,11 @@ pub(super) async fn reset(
     };
     s.counters.stats.lookup();
     match counters::reset(&s.limiter, &s.counters, &body, &caller).await {
+        // A reset that met no limit is not a success a script could
+        // mistake: 404, with the lookup saying why.
+        Ok(doc) if doc["reset"] == false => {
+            (StatusCode::NOT_FOUND, axum::Json(doc)).into_response()
+        }
         Ok(doc) => axum::Json(doc).into_response(),
         Err(e) => failed(&e),
     }

@@ -149,7 +149,12 @@ async function counters(method, path, body) {
   if (token) headers.Authorization = `Bearer ${token}`;
   const res = await fetch(path, { method, headers, body: body ? JSON.stringify(body) : undefined, cache: "no-store" });
   const text = await res.text();
-  if (!res.ok) throw new Error(`${res.status}: ${text.trim()}`);
+  if (!res.ok) {
+    // A reset that met no limit answers 404 with a JSON document saying why.
+    let why = text.trim();
+    try { why = JSON.parse(text).error || why; } catch (_) { /* plain text */ }
+    throw new Error(`${res.status}: ${why}`);
+  }
   return JSON.parse(text);
 }
 

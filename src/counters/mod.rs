@@ -56,6 +56,14 @@ pub(crate) async fn lookup(
     body: &[u8],
 ) -> Result<(Peeked, Value), CountersError> {
     let req = crate::protojson::parse_request(body).map_err(CountersError::Invalid)?;
+    // A descriptor with no entries meets no limit: asking for it is a
+    // mistake to name, never a reset that quietly does nothing.
+    if let Some(i) = req.descriptors.iter().position(|d| d.entries.is_empty()) {
+        return Err(CountersError::Invalid(format!(
+            "descriptor {} has no entries: give at least one key and value",
+            i + 1
+        )));
+    }
     let req = limiter.counters_request(req)?;
     let peeked = limiter.peek(req).await?;
     if !peeked.domain_known {
@@ -68,7 +76,8 @@ pub(crate) async fn lookup(
     Ok((peeked, doc))
 }
 
-/// Empties every counter `body`'s descriptors use; answers what each held.
+/// Empties every counter `body`'s descriptors use; answers what each held,
+/// and how many were emptied (`counters_reset`, `reset` false when none).
 pub(crate) async fn reset(
     limiter: &RateLimiter,
     counters: &Counters,
@@ -92,8 +101,18 @@ pub(crate) async fn reset(
             "counters reset"
         );
     }
+    // What a script tests: how many counters were emptied (0: the
+    // descriptors met no limit, and the endpoint answers 404).
+    let emptied: usize = peeked.descriptors.iter().map(|d| d.limits.len()).sum();
     if let Some(o) = doc.as_object_mut() {
-        o.insert("reset".into(), Value::Bool(true));
+        o.insert("reset".into(), Value::Bool(emptied > 0));
+        o.insert("counters_reset".into(), emptied.into());
+        if emptied == 0 {
+            o.insert(
+                "error".into(),
+                "the descriptors meet no limit: nothing was reset".into(),
+            );
+        }
     }
     Ok(doc)
 }
