@@ -98,7 +98,10 @@ fn broken(p: &Path) -> Vec<String> {
         } else {
             here.join(file)
         };
-        let ok = path.exists()
+        // A built book opens files only: a link to a folder leads nowhere
+        // (the README, read on a forge, may link one).
+        let in_book = p.components().any(|c| c.as_os_str() == "docs");
+        let ok = (path.is_file() || (!in_book && path.exists()))
             && (anchor.is_empty() || anchors(&read(&path)).contains(anchor))
             && path.starts_with(workspace());
         if !ok {
@@ -121,6 +124,18 @@ fn every_link_and_anchor_of_the_readme_and_the_book_resolves() {
     let page = dir.path().join("p.md");
     std::fs::write(&page, "# A\n[x](#a) [y](#b) [z](nowhere.md)\n").unwrap();
     assert_eq!(broken(&page).len(), 2 + 1, "outside the workspace too");
+    // A book page's link to a folder is broken.
+    let book = workspace().join("target/docs");
+    std::fs::create_dir_all(&book).unwrap();
+    let folder = book.join("folder-link-test.md");
+    std::fs::write(
+        &folder,
+        "[k](../../deploy/kubernetes) [d](../../deploy/kubernetes/service.yaml)\n",
+    )
+    .unwrap();
+    let found = broken(&folder);
+    std::fs::remove_file(&folder).unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
 }
 
 #[test]

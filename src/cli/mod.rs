@@ -134,11 +134,14 @@ pub struct BenchArgs {
     pub(crate) target: String,
     #[arg(long, default_value = "api")]
     pub(crate) domain: String,
-    /// A descriptor as key=value[,key=value...]; `{n}` in a value becomes one of
+    /// A descriptor as key=value[,key=value...]; the placeholder n in braces
+    /// (as in ip=10.0.0.{ n } without the spaces) in a value becomes one of
     /// --keys distinct values. Repeat for several descriptors per request.
     #[arg(long = "descriptor", required = true)]
     pub(crate) descriptors: Vec<crate::loadgen::Template>,
-    /// Distinct values of {n}, taken in turn.
+    // clap reads the placeholder's braces as a line break in help text,
+    // so help never spells it.
+    /// Distinct values of the placeholder, taken in turn.
     #[arg(long, default_value_t = 1)]
     pub(crate) keys: u64,
     /// Requests in flight at most.

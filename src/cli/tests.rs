@@ -39,3 +39,26 @@ fn the_reference_environment_parses_as_serve_flags() {
     assert!(args.tls_files().is_some_and(|f| f.client_ca.is_some()));
     assert!(args.xds().is_some_and(|x| x.tls.is_some()));
 }
+
+/// Every subcommand's help reads as written: clap turns the characters of
+/// a brace-n placeholder into a line break, so no help text may hold them.
+#[test]
+fn no_help_breaks_a_line_where_it_was_not_written() {
+    use clap::CommandFactory as _;
+    let cmd = Cli::command();
+    for sub in cmd.get_subcommands() {
+        for arg in sub.get_arguments() {
+            let help = [arg.get_help(), arg.get_long_help()]
+                .into_iter()
+                .flatten()
+                .map(ToString::to_string)
+                .collect::<String>();
+            assert!(
+                !help.contains("{n}"),
+                "sluice {} --{}: {help:?}",
+                sub.get_name(),
+                arg.get_id()
+            );
+        }
+    }
+}
