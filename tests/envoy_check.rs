@@ -343,3 +343,32 @@ fn a_file_that_cannot_be_read_exits_2_with_its_name() {
     let (code, _, err) = check(rules.path(), &[&bad], false);
     assert_eq!(code, 2, "{err}");
 }
+
+/// The shipped usage config with its after-the-response budget turned into
+/// a token bucket: without `overdraft: true` the charge that does not fit
+/// would take nothing, and the check says so; with it, the check is clean.
+#[test]
+fn a_bucket_charged_at_stream_done_needs_overdraft() {
+    let shipped_rules = std::fs::read_to_string(shipped("descriptors/usage.yaml")).expect("rules");
+    let plain = "rate_limit: {unit: minute, requests_per_unit: 1000}";
+    assert!(shipped_rules.contains(plain));
+    let usage = shipped("envoy/usage.yaml");
+    for (bucket, warned) in [
+        ("algorithm: token_bucket", true),
+        ("algorithm: token_bucket, overdraft: true", false),
+    ] {
+        let rules = shipped_rules.replacen(
+            plain,
+            &format!("rate_limit: {{unit: minute, requests_per_unit: 1000, {bucket}}}"),
+            1,
+        );
+        let dir = config_dir(&[("usage.yaml", &rules)]);
+        let (code, out, err) = check(dir.path(), &[&usage], false);
+        assert_eq!(code, 0, "{out}{err}");
+        let said = out.contains("a token bucket without overdraft: true");
+        assert_eq!(said, warned, "{bucket}: {out}");
+        if warned {
+            assert!(out.contains("tokens_after.api_key"), "{out}");
+        }
+    }
+}

@@ -10,12 +10,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::redis::{RedisCluster, RedisServer};
 use common::*;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 
 const RULES: &str = "
 domain: shapes
 descriptors:
   - key: bucket
     rate_limit: {unit: hour, requests_per_unit: 1, algorithm: token_bucket, burst: 100}
+  - key: charged
+    rate_limit: {unit: hour, requests_per_unit: 1000, algorithm: token_bucket, overdraft: true}
   - key: fixed2
     rate_limit: {window: 2s, requests_per_unit: 10}
   - key: sliding2
@@ -94,6 +97,68 @@ async fn buckets_and_sliding_windows_are_exact_on_every_store() {
         admitted(&clients, 1000, "shapes", ("bucket", "r")).await,
         100
     );
+}
+
+/// `hits` on `key` of the overdraft bucket (0: a check): the answer.
+async fn charge(
+    c: &mut envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<tonic::transport::Channel>,
+    key: &str,
+    hits: u64,
+) -> RateLimitResponse {
+    let mut d = descriptor(&[("charged", key)]);
+    d.hits_addend = Some(envoy_types::pb::google::protobuf::UInt64Value { value: hits });
+    past_sheds(c, || {
+        tonic::Request::new(request("shapes", vec![d.clone()]))
+    })
+    .await
+    .expect("rpc")
+}
+
+/// Charged after each response (a check of 0, then the cost): a bucket
+/// with `overdraft: true` takes the charge that does not fit, and one made
+/// while in debt, so the checks after are refused until refill pays it all
+/// back. On memory, Redis and memcached alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overdraft_bucket_takes_every_charge_into_debt_on_every_store() {
+    let redis = RedisServer::start();
+    let memcached = common::memcache::Memcached::start();
+    let on_redis = redis_args(&redis.url());
+    let on_memcached = [
+        "--memcache-servers",
+        &memcached.addr(),
+        "--redis-timeout",
+        "2s",
+    ];
+    for (store, extra) in [
+        ("memory", vec![]),
+        ("redis", args(&on_redis)),
+        ("memcached", on_memcached.to_vec()),
+    ] {
+        let s = start(&extra);
+        let mut c = s.client().await;
+        for i in 0..4 {
+            assert_eq!(
+                charge(&mut c, store, 0).await.overall_code,
+                OK,
+                "{store}: check {i}"
+            );
+            charge(&mut c, store, 300).await;
+        }
+        // 1,200 of 1,000 taken: 200 in debt, about 12 minutes of refill.
+        let refused = charge(&mut c, store, 0).await;
+        assert_eq!(refused.overall_code, OVER, "{store}: the check in debt");
+        let wait = retry_after(&refused).expect("Retry-After");
+        assert!((600..=760).contains(&wait), "{store}: {wait}");
+        // A charge made in debt (a request that passed its check before
+        // the others were charged) is taken too: the wait grows by its
+        // refill, 300 tokens at 1,000 an hour (18 minutes).
+        charge(&mut c, store, 300).await;
+        let later = retry_after(&charge(&mut c, store, 0).await).expect("Retry-After");
+        assert!(
+            (wait + 1000..=wait + 1100).contains(&later),
+            "{store}: {wait} then {later}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

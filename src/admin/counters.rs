@@ -108,7 +108,7 @@ pub(super) async fn reset(
     match counters::reset(&s.limiter, &s.counters, &body, &caller).await {
         // A reset that met no limit is not a success a script could
         // mistake: 404, with the lookup saying why.
-        Ok(doc) if doc["reset"] == false => {
+        Ok(doc) if doc.get("reset") == Some(&Value::Bool(false)) => {
             (StatusCode::NOT_FOUND, axum::Json(doc)).into_response()
         }
         Ok(doc) => axum::Json(doc).into_response(),

@@ -102,6 +102,10 @@ fn bad_shapes_are_refused_with_line_and_field() {
             "unknown algorithm 'leaky'",
         ),
         (
+            "unit: minute, requests_per_unit: 1, overdraft: true",
+            "overdraft is only for algorithm: token_bucket",
+        ),
+        (
             "unit: minute, requests_per_unit: 1, burst: 5",
             "burst is only for algorithm: token_bucket",
         ),

@@ -10,7 +10,8 @@
 //!   failing closed with no rule saying how a store failure is decided; a
 //!   local 429 a browser on another origin cannot read (CORS after the
 //!   ratelimit filter, or `Retry-After` not exposed); a quota bucket keyed
-//!   on a header no filter before it verified; anything not understood.
+//!   on a header no filter before it verified; a token bucket without
+//!   `overdraft: true` charged at stream done; anything not understood.
 
 use super::actions::{Hits, Input};
 use super::read::Hcm;
@@ -141,6 +142,9 @@ pub(super) fn sent(m: &Meeting, domain_known: bool, at: &At<'_>, out: &mut Vec<F
                 ),
             );
         }
+    }
+    if let Some(rule) = &m.charged_bucket {
+        at.warn(out, route.clone(), action.clone(), format!("charged at stream done on {rule}, a token bucket without overdraft: true: a charge that does not fit is refused and takes nothing, so the checks after it keep passing and what was used goes unpaid; give the rule overdraft: true"));
     }
     if let Hits::Format {
         text,

@@ -50,6 +50,10 @@ pub(crate) struct Meeting {
     pub(crate) specific: Vec<String>,
     /// What absent inputs do.
     pub(crate) absent: Vec<String>,
+    /// The rule met, when it is a token bucket without `overdraft: true`
+    /// charged at stream done (it would refuse the charge that does not
+    /// fit and take nothing, so the checks after it keep passing).
+    pub(crate) charged_bucket: Option<String>,
 }
 
 /// One ratelimit filter and its routes.
@@ -230,6 +234,7 @@ fn meet(
             meets: Err(format!("domain {domain} has no rules")),
             specific: Vec::new(),
             absent,
+            charged_bucket: None,
         };
     };
     let Reach {
@@ -252,7 +257,17 @@ fn meet(
             crate::config::describe_limit(&r.limit)
         )
     };
+    let d = &sent.descriptor;
+    let charged = d.stream_done && !d.negative && d.hits != actions::Hits::Number(0);
+    let charged_bucket = general.filter(|_| charged).and_then(|r| match r.limit {
+        crate::config::LimitDef::Limited {
+            algorithm: crate::limiter::Algorithm::TokenBucket { refill, .. },
+            ..
+        } if !refill.overdraft => Some(r.label.to_string()),
+        _ => None,
+    });
     Meeting {
+        charged_bucket,
         meets: general
             .map(|r| describe(r))
             .ok_or_else(|| why_none.unwrap_or_else(|| "no rule".into())),

@@ -37,6 +37,17 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
+    /// This token bucket with `overdraft: true` (any other shape as it is).
+    pub fn with_overdraft(self) -> Algorithm {
+        match self {
+            Algorithm::TokenBucket { burst, mut refill } => {
+                refill.overdraft = true;
+                Algorithm::TokenBucket { burst, refill }
+            }
+            other => other,
+        }
+    }
+
     /// A token bucket of `burst` refilled at `rate` tokens per `window_seconds`.
     pub fn token_bucket(rate: u32, window_seconds: u64, burst: u32) -> Algorithm {
         Algorithm::TokenBucket {
@@ -145,7 +156,15 @@ impl Decision {
 pub struct Refill {
     pub interval_us: u64,
     pub tolerance_us: u64,
+    /// `overdraft: true`: hits that do not fit are taken all the same (the
+    /// request is still refused), the bucket going into debt that refill
+    /// pays back; a charge made after its request ran is never lost.
+    pub overdraft: bool,
 }
+
+/// The latest arrival time a bucket is given, in µs since the epoch: 2^53,
+/// what the Redis script's numbers hold exactly (a debt of millennia).
+pub const MAX_ARRIVAL_US: u64 = 1 << 53;
 
 impl Refill {
     /// `rate` tokens per `window_seconds`, in a bucket of `burst`.
@@ -155,6 +174,7 @@ impl Refill {
         Refill {
             interval_us,
             tolerance_us: interval_us.saturating_mul(u64::from(burst)),
+            overdraft: false,
         }
     }
 
@@ -178,8 +198,20 @@ impl Refill {
     /// runs it under its shard lock; the Redis script runs the same arithmetic.
     pub fn take(&self, tat_us: u64, now_us: u64, hits: u64) -> (u64, Tally) {
         let base = tat_us.max(now_us);
-        let after = base.saturating_add(hits.saturating_mul(self.interval_us));
-        if after - now_us > self.tolerance_us {
+        let after = base
+            .saturating_add(hits.saturating_mul(self.interval_us))
+            .min(MAX_ARRIVAL_US);
+        if after - now_us > self.tolerance_us && self.overdraft && hits > 0 {
+            // Refused, and taken all the same: the debt is paid by refill.
+            (
+                after,
+                Tally::Bucket {
+                    taken: false,
+                    debt_us: after - now_us,
+                    asked: None,
+                },
+            )
+        } else if after - now_us > self.tolerance_us {
             (
                 tat_us,
                 Tally::Bucket {

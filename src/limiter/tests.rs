@@ -235,3 +235,41 @@ fn a_policys_decision_reads_as_a_verdict_on_every_shape() {
     assert!(would_exceed(10, 0, &fixed, &window, &refuse, 0));
     assert!(!would_exceed(10, 5, &fixed, &window, &admit, 0));
 }
+
+/// A charge that does not fit: refused and taken nothing by a plain bucket,
+/// refused and taken into debt by an overdraft one (whose check is then
+/// refused until refill pays it back).
+#[test]
+fn an_overdraft_bucket_takes_what_does_not_fit() {
+    let now = 10_000_000_000;
+    let plain = Algorithm::token_bucket(1000, 60, 1000)
+        .refill()
+        .expect("a bucket");
+    let overdraft = Algorithm::token_bucket(1000, 60, 1000)
+        .with_overdraft()
+        .refill()
+        .expect("a bucket");
+    // 900 of 1,000 spent.
+    let spent = now + 900 * plain.interval_us;
+    let (tat, t) = plain.take(spent, now, 300);
+    assert_eq!(tat, spent, "nothing taken");
+    assert!(matches!(t, Tally::Bucket { taken: false, .. }));
+    let (tat, t) = overdraft.take(spent, now, 300);
+    assert_eq!(tat, now + 1200 * plain.interval_us, "taken into debt");
+    let Tally::Bucket {
+        taken: false,
+        debt_us,
+        ..
+    } = t
+    else {
+        panic!("{t:?}")
+    };
+    assert_eq!(debt_us, 1200 * plain.interval_us);
+    // The check after is refused; a check takes nothing, even in debt.
+    let (again, t) = overdraft.take(tat, now, 0);
+    assert_eq!(again, tat);
+    assert!(matches!(t, Tally::Bucket { taken: false, .. }));
+    // Debt is bounded by what the store's numbers hold.
+    let (far, _) = overdraft.take(tat, now, u64::MAX);
+    assert_eq!(far, crate::limiter::shape::MAX_ARRIVAL_US);
+}

@@ -69,21 +69,21 @@ async fn bucket(
         let now_us = inc.at_us;
         let found = conn.gets(key).await?;
         let tat = found.as_ref().map_or(0, |f| f.value);
-        let (tat, tally) = if inc.refund {
+        let (new_tat, tally) = if inc.refund {
             refill.give_back(tat, now_us, inc.hits)
         } else {
             refill.take(tat, now_us, inc.hits)
         };
-        // Nothing to write: refused, a check, or a refund of a bucket that
-        // is full or not there.
-        let unchanged = !matches!(tally, Tally::Bucket { taken: true, .. })
+        // Nothing to write: refused (and not taken into an overdraft), a
+        // check, or a refund of a bucket that is full or not there.
+        let unchanged = new_tat == tat
             || inc.hits == 0
             || (inc.refund && found.as_ref().is_none_or(|f| f.value <= now_us));
         if unchanged {
             return Ok(tally);
         }
-        let keep = (tat.saturating_sub(now_us) / 1_000_000) + 60;
-        if conn.store(key, tat, keep, found.map(|f| f.cas)).await? {
+        let keep = (new_tat.saturating_sub(now_us) / 1_000_000) + 60;
+        if conn.store(key, new_tat, keep, found.map(|f| f.cas)).await? {
             return Ok(tally);
         }
     }

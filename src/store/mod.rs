@@ -87,11 +87,13 @@ pub trait CountedLate: Send + Sync + std::fmt::Debug {
 
 impl Increment {
     /// Whether a token bucket's answer `tally` counts in its usage: a
-    /// refund and hits taken always, refused hits only where the usage is
-    /// the whole demand ([`Increment::usage_counts_refused`]).
+    /// refund and hits taken always (an overdraft bucket takes every hit),
+    /// refused hits only where the usage is the whole demand
+    /// ([`Increment::usage_counts_refused`]).
     pub(crate) fn counts_usage(&self, tally: &Tally) -> bool {
         self.refund
             || self.usage_counts_refused
+            || self.algorithm.refill().is_some_and(|r| r.overdraft)
             || matches!(tally, Tally::Bucket { taken: true, .. })
     }
 }

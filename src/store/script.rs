@@ -15,7 +15,9 @@
 //! - token bucket: 1 if the hits were taken (else 0), how far the bucket
 //!   is from full in microseconds, and the tokens its key took in the
 //!   window so far (-1 for a refused request), or asked for, taken or not,
-//!   when its kind carries 8 (a rule in shadow mode). The key holds `<arrival time>:<window
+//!   when its kind carries 8 (a rule in shadow mode). When it carries 16
+//!   (`overdraft: true`) hits that do not fit are refused and taken all
+//!   the same, the arrival time going past the tolerance (debt). The key holds `<arrival time>:<window
 //!   start>:<tokens asked>`, so the usage costs no call of its own. The
 //!   time is Redis's own (`TIME`), so the clocks of the sluice instances
 //!   sharing a bucket do not matter.
@@ -72,6 +74,8 @@ local function refused(e)
 end
 for i = 0, #ARGV / 8 - 1 do
   local kind, hits, ttl = tonumber(ARGV[8*i+1]), ARGV[8*i+2], ARGV[8*i+3]
+  local overdraft = kind >= 16
+  if overdraft then kind = kind - 16 end
   local demand = kind >= 8
   if demand then kind = kind - 8 end
   local refund = kind >= 4
@@ -138,9 +142,12 @@ for i = 0, #ARGV / 8 - 1 do
       if got and (back ~= tat or c ~= n) then write = back end
     elseif a == 0 then
       local base = math.max(tat, now)
-      local after = base + h * interval
+      local after = math.min(base + h * interval, 9007199254740992)
       c = math.min(n + h, 9007199254740992)
-      if after - now > tolerance then
+      if after - now > tolerance and overdraft and h > 0 then
+        -- Refused, and taken all the same: the debt is paid by refill.
+        a, b, write = 0, after - now, after
+      elseif after - now > tolerance then
         a, b = 0, base - now
         -- Refused: counted only where the usage is the whole demand.
         if not demand then c = -1 elseif h > 0 then write = tat end
@@ -220,6 +227,9 @@ pub(super) const ANSWERS: usize = 3;
 const REFUND: u64 = 4;
 /// Added to a token bucket's tag when its usage counts refused hits too.
 const DEMAND: u64 = 8;
+/// Added to a token bucket's tag when it takes hits that do not fit, into
+/// debt (`overdraft: true`).
+const OVERDRAFT: u64 = 16;
 
 /// Seconds a key may outlive its window. Expiries are relative to sluice's own
 /// clock, so a skew between sluice and Redis cannot end a window early.
@@ -248,7 +258,12 @@ impl Op {
             args: [
                 u64::from(inc.algorithm.tag())
                     + if inc.refund { REFUND } else { 0 }
-                    + if demand { DEMAND } else { 0 },
+                    + if demand { DEMAND } else { 0 }
+                    + if inc.algorithm.refill().is_some_and(|r| r.overdraft) {
+                        OVERDRAFT
+                    } else {
+                        0
+                    },
                 inc.hits,
                 ttl,
                 p1,

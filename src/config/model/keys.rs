@@ -2,7 +2,7 @@
 
 /// The reference's flat allow-list of keys: any other key, at any depth outside
 /// `metadata`, is an error.
-pub const VALID_KEYS: [&str; 25] = [
+pub const VALID_KEYS: [&str; 26] = [
     "domain",
     "key",
     "value",
@@ -23,6 +23,7 @@ pub const VALID_KEYS: [&str; 25] = [
     "window",
     "algorithm",
     "burst",
+    "overdraft",
     "on_store_failure",
     "rate_limits",
     "refundable",

@@ -24,6 +24,8 @@ struct Fields<'n> {
     window_given: bool,
     algorithm: Option<(String, &'n Node)>,
     burst: Option<(u32, &'n Node)>,
+    /// `overdraft:` as written, for a token bucket.
+    overdraft: Option<(bool, &'n Node)>,
     on_failure: Option<FailurePolicy>,
     refundable: bool,
     /// `leased_allowance:` as written (unset: on).
@@ -71,6 +73,7 @@ impl Parser<'_> {
             let period = self.period(node, path, &f)?;
             let algorithm =
                 self.algorithm(path, f.algorithm, f.burst, f.requests_per_unit, period)?;
+            let algorithm = self.overdraft(path, algorithm, f.overdraft)?;
             LimitDef::Limited {
                 requests_per_unit: f.requests_per_unit,
                 period,
@@ -106,6 +109,7 @@ impl Parser<'_> {
                 }
                 "algorithm" => f.algorithm = self.string(v, &field).map(|a| (a, v)),
                 "burst" => f.burst = Some((self.uint32(v, &field), v)),
+                "overdraft" => f.overdraft = Some((self.boolean(v, &field), v)),
                 "on_store_failure" => f.on_failure = self.failure_policy(v, &field),
                 "refundable" => f.refundable = self.boolean(v, &field),
                 "leased_allowance" => f.leased_allowance = Some(self.boolean(v, &field)),
@@ -129,6 +133,7 @@ impl Parser<'_> {
             (f.window_given, "window"),
             (f.requests_per_unit > 0, "requests_per_unit"),
             (f.burst.is_some(), "burst"),
+            (f.overdraft.is_some(), "overdraft"),
         ] {
             if given {
                 let msg = format!(
@@ -340,6 +345,27 @@ impl Parser<'_> {
             }
         }
         Some(algo)
+    }
+
+    /// `overdraft: true`: a token bucket takes every charge, into debt.
+    fn overdraft(
+        &mut self,
+        path: &str,
+        algo: Algorithm,
+        overdraft: Option<(bool, &Node)>,
+    ) -> Option<Algorithm> {
+        match (overdraft, algo) {
+            (None | Some((false, _)), _) => Some(algo),
+            (Some((true, _)), Algorithm::TokenBucket { .. }) => Some(algo.with_overdraft()),
+            (Some((true, v)), _) => {
+                self.error(
+                    &v.referenced,
+                    &join(path, "overdraft"),
+                    "overdraft is only for algorithm: token_bucket",
+                );
+                None
+            }
+        }
     }
 
     fn replaces(&mut self, node: &Node, path: &str) -> Vec<(String, Location)> {
