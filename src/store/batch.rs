@@ -41,13 +41,17 @@ impl Job {
     }
 }
 
-/// When each script call in flight was sent, so a request that waited too
-/// long can tell a store that is slow to answer (a call unanswered for the
-/// whole wait) from sluice's own queueing (none was).
+/// When each script call in flight was sent, and when the store last
+/// answered one, so a request that waited too long can tell a store that
+/// answers nothing (a call unanswered for the whole wait, and no other
+/// answered meanwhile) from one that is slow but answering (starved of CPU
+/// on a loaded host) and from sluice's own queueing (no call waited).
 pub(super) struct Sends {
     base: Instant,
     /// Milliseconds after `base`, plus one, of each slot's call; 0 is free.
     slots: Box<[AtomicU64]>,
+    /// Milliseconds after `base`, plus one, of the last call answered.
+    answered_at: AtomicU64,
 }
 
 impl Sends {
@@ -55,6 +59,7 @@ impl Sends {
         Sends {
             base: Instant::now(),
             slots: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            answered_at: AtomicU64::new(0),
         }
     }
 
@@ -72,15 +77,20 @@ impl Sends {
         if let Some(s) = self.slots.get(slot) {
             s.store(0, Relaxed);
         }
+        self.answered_at.store(self.now_ms() + 1, Relaxed);
     }
 
-    /// Whether some call has been unanswered for at least `wait`.
+    /// Whether the store is silent: some call has been unanswered for at
+    /// least `wait`, and no call was answered in that time either.
     pub(super) fn stalled(&self, wait: Duration) -> bool {
         let now = self.now_ms();
         let wait = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        // An answer since a call was sent means the store is answering:
+        // silence counts from the later of the two.
+        let answered = self.answered_at.load(Relaxed).saturating_sub(1);
         self.slots.iter().any(|s| {
             let at = s.load(Relaxed);
-            at != 0 && now.saturating_sub(at - 1) >= wait
+            at != 0 && now.saturating_sub((at - 1).max(answered)) >= wait
         })
     }
 }

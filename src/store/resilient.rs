@@ -48,6 +48,14 @@ enum Undecided {
 /// answer that arrives after Envoy gave up is no answer.
 const DEADLINE_MARGIN: Duration = Duration::from_millis(2);
 
+/// How long a store must answer nothing at all, on a clock that runs on
+/// time, before a wait that ran out is its fault: longer than a redis-server
+/// starved of CPU by a flood on its host goes without answering (measured:
+/// a co-located flood left calls unanswered past half of a 20 ms wait and
+/// tripped the breaker; it never left Redis silent this long), short beside
+/// the silence bound.
+pub(crate) const QUIET: Duration = Duration::from_millis(100);
+
 struct Down {
     since: std::time::Instant,
     reason: String,
@@ -153,15 +161,16 @@ impl Resilient {
         })
     }
 
-    /// Whose a wait that ran out was ([`blame`]): the store's when a call
-    /// to it went unanswered for half the wait on a clock that runs on time
-    /// (a call sent as the wait began and still unanswered is the store's
-    /// doing), or when it has answered nothing for too long; sluice's own
-    /// otherwise. A store that cannot tell is judged by how late the
+    /// Whose a wait that ran out was ([`blame`]): the store's when it is
+    /// silent on a clock that runs on time (a call unanswered for half the
+    /// wait, at least [`QUIET`], and no other answered meanwhile), or when
+    /// it has answered nothing for too long; sluice's own otherwise (a
+    /// store that answers late, starved of CPU on a loaded host, is slow,
+    /// not down). A store that cannot tell is judged by how late the
     /// workers run.
     fn blame(&self, wait: Duration) -> Blame {
         let late = self.lag.late_now();
-        let own = match self.primary.stalled(wait / 2, late) {
+        let own = match self.primary.stalled((wait / 2).max(QUIET), late) {
             Some(stalled) => !stalled,
             None => late * 2 >= wait,
         };

@@ -54,8 +54,13 @@ pub fn config_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
     dir
 }
 
+/// The binary under test: this build's, or `SLUICE_TEST_BIN` (a release
+/// build, to run a load test at full speed by hand).
 pub fn sluice_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_sluice")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        std::env::var("SLUICE_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_sluice").into())
+    })
 }
 
 impl Sluice {
