@@ -372,3 +372,98 @@ fn a_bucket_charged_at_stream_done_needs_overdraft() {
         }
     }
 }
+
+fn envoy_gateway_golden(name: &str) -> String {
+    std::fs::read_to_string(
+        workspace()
+            .join("tests/compat/envoy-gateway/ratelimit-config")
+            .join(name),
+    )
+    .expect("golden")
+}
+
+/// Envoy Gateway's translator goldens (tests/compat/envoy-gateway, at a
+/// named commit) pass `sluice check` as it writes them: a `name:` at the
+/// top, `rate_limit: null` on inner levels, several configs in one file.
+#[test]
+fn envoy_gateways_generated_rule_files_pass_check() {
+    let dir = workspace().join("tests/compat/envoy-gateway/ratelimit-config");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).expect("goldens") {
+        let path = entry.expect("entry").path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_owned();
+        if name.ends_with(".routes.yaml") {
+            continue;
+        }
+        let rules = config_dir(&[(&name, &envoy_gateway_golden(&name))]);
+        let out = Command::new(sluice_bin())
+            .arg("check")
+            .arg(rules.path())
+            .output()
+            .expect("check");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{name}: {text}");
+        // Every config of the file is loaded, one domain each.
+        let docs = envoy_gateway_golden(&name)
+            .lines()
+            .filter(|l| l.starts_with("domain: "))
+            .count();
+        assert_eq!(
+            text.lines().filter(|l| l.contains(" rules")).count(),
+            docs,
+            "{name}: {text}"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 26);
+}
+
+/// What Envoy Gateway meant: `value: ""` is any value, each value its own
+/// counter (its "distinct" limits); `rate_limit: null` sets no limit on the
+/// levels above. Before, the empty value matched only the empty string, so
+/// a distinct limit of 5 a second let every user through.
+#[tokio::test]
+async fn envoy_gateways_distinct_limits_count_each_value() {
+    let s = common::Sluice::start(
+        &[("eg.yaml", &envoy_gateway_golden("distinct-match.yaml"))],
+        &[],
+    );
+    let mut c = s.client().await;
+    let user = |v: &str| {
+        vec![
+            ("first-route".to_owned(), "first-route".to_owned()),
+            ("rule-0-match-0".to_owned(), v.to_owned()),
+        ]
+    };
+    for who in ["bob", "alice"] {
+        let entries = user(who);
+        let refs: Vec<(&str, &str)> = entries
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        // Six requests inside one second's window: start early in one (a
+        // wall-clock condition, nothing to poll but the clock).
+        while std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .subsec_millis()
+            > 200
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mut codes = Vec::new();
+        for _ in 0..6 {
+            codes.push(
+                common::ask(&mut c, "first-listener", &refs)
+                    .await
+                    .overall_code,
+            );
+        }
+        assert_eq!(codes, [1, 1, 1, 1, 1, 2], "{who}: 5 a second each");
+    }
+}

@@ -23,7 +23,9 @@ pub use error::{ConfigError, LoadError};
 pub use explain::{Explanation, How, Reach, Shape, Step};
 pub use live::{ConfigStatus, LiveRules, Loaded, Reload, RulesObserver};
 pub use matcher::{Domain, Match, Rule};
-pub use model::{DescriptorDef, DomainFile, LimitDef, Origin, RateLimitDef, parse_file};
+pub use model::{
+    DescriptorDef, DomainFile, LimitDef, Origin, RateLimitDef, parse_documents, parse_file,
+};
 
 use crate::limiter::{Algorithm, Period};
 use crate::rule_stats::RuleCounters;
@@ -198,8 +200,8 @@ pub fn load_texts(
     let mut hasher = DefaultHasher::new();
     for (file, text) in &texts {
         (file, text).hash(&mut hasher);
-        match parse_file(file, text) {
-            Ok(df) => parsed.push((file.clone(), df)),
+        match parse_documents(file, text) {
+            Ok(docs) => parsed.extend(docs.into_iter().map(|df| (file.clone(), df))),
             Err(mut e) => errors.append(&mut e),
         }
     }

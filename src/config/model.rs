@@ -96,28 +96,44 @@ struct Parser<'a> {
 }
 
 /// Parses and validates one file on its own (cross-file rules are checked when
-/// the directory is compiled).
+/// the directory is compiled): its one domain.
 pub fn parse_file(file: &Path, text: &str) -> Result<DomainFile, Vec<ConfigError>> {
+    let mut docs = parse_documents(file, text)?;
+    if docs.len() > 1 {
+        return Err(vec![ConfigError {
+            file: file.to_path_buf(),
+            position: None,
+            field: String::new(),
+            message: format!("{} YAML documents where one was expected", docs.len()),
+        }]);
+    }
+    Ok(docs.swap_remove(0))
+}
+
+/// Parses and validates every document of one file (`---` between them),
+/// each a domain: a file that holds several configs, as Envoy Gateway's
+/// generated rule files do, loads them all (the reference read the first
+/// and dropped the rest without a word).
+pub fn parse_documents(file: &Path, text: &str) -> Result<Vec<DomainFile>, Vec<ConfigError>> {
+    let roots = yaml::parse_all(text).map_err(|e| {
+        vec![ConfigError {
+            file: file.to_path_buf(),
+            position: e.position,
+            field: String::new(),
+            message: format!("error loading config file: {}", e.message),
+        }]
+    })?;
     let mut p = Parser {
         file,
         errors: Vec::new(),
     };
-    let root = match yaml::parse(text) {
-        Ok(root) => root,
-        Err(e) => {
-            return Err(vec![ConfigError {
-                file: file.to_path_buf(),
-                position: e.position,
-                field: String::new(),
-                message: format!("error loading config file: {}", e.message),
-            }]);
-        }
-    };
-    p.check_generic(&root, "", false);
+    for root in &roots {
+        p.check_generic(root, "", false);
+    }
     if !p.errors.is_empty() {
         return Err(p.errors);
     }
-    let parsed = p.domain_file(&root);
+    let parsed: Vec<DomainFile> = roots.iter().map(|root| p.domain_file(root)).collect();
     if p.errors.is_empty() {
         Ok(parsed)
     } else {
@@ -211,6 +227,11 @@ impl Parser<'_> {
             match key_of(k) {
                 "domain" => out.domain = self.string(v, "domain").unwrap_or_default(),
                 "descriptors" => out.descriptors = self.descriptors(v, "descriptors"),
+                // The config's name in the xDS protocol, which Envoy Gateway
+                // writes into its files too; the reference ignores it.
+                "name" => {
+                    self.string(v, "name");
+                }
                 other => self.misplaced(k, other, "the top level"),
             }
         }
@@ -269,9 +290,13 @@ impl Parser<'_> {
             let field = join(path, key);
             match key {
                 "key" => d.key = self.string(v, &field).unwrap_or_default(),
-                "value" => d.value = self.string(v, &field),
-                "rate_limit" => rate_limit = Some((v, field)),
-                "rate_limits" => rate_limits = Some((v, field)),
+                // An empty value is no value, as the reference reads it:
+                // any value of the key (its "distinct" limits).
+                "value" => d.value = self.string(v, &field).filter(|v| !v.is_empty()),
+                // `rate_limit: null` (or `rate_limits: null`) sets no limit.
+                "rate_limit" if v.value != Value::Null => rate_limit = Some((v, field)),
+                "rate_limits" if v.value != Value::Null => rate_limits = Some((v, field)),
+                "rate_limit" | "rate_limits" => {}
                 "shadow_mode" => d.shadow_mode = self.boolean(v, &field),
                 "quota_mode" => d.quota_mode = self.boolean(v, &field),
                 "detailed_metric" => d.detailed_metric = self.boolean(v, &field),

@@ -135,23 +135,44 @@ pub struct SyntaxError {
 /// including the 2 MiB of the threads that reload.
 pub const MAX_DEPTH: usize = 40;
 
-/// Parses one document into a positioned tree. An empty document is `Null`.
-pub fn parse(text: &str) -> Result<Node, SyntaxError> {
-    if text.trim().is_empty() {
-        return Ok(Spanned::new(
-            Value::Null,
-            Location::UNKNOWN,
-            Location::UNKNOWN,
-        ));
-    }
+fn null() -> Node {
+    Spanned::new(Value::Null, Location::UNKNOWN, Location::UNKNOWN)
+}
+
+fn options() -> serde_saphyr::Options {
     let mut budget = serde_saphyr::Budget::default();
     budget.max_depth = MAX_DEPTH;
     let mut options = serde_saphyr::Options::default();
     options.budget = Some(budget);
-    serde_saphyr::from_str_with_options::<Node>(text, options).map_err(|e| SyntaxError {
+    options
+}
+
+fn syntax(e: &serde_saphyr::Error) -> SyntaxError {
+    SyntaxError {
         position: e.location().as_ref().and_then(position),
         message: first_line(&e.to_string()),
-    })
+    }
+}
+
+/// Parses one document into a positioned tree. An empty document is `Null`.
+#[cfg(test)]
+pub fn parse(text: &str) -> Result<Node, SyntaxError> {
+    if text.trim().is_empty() {
+        return Ok(null());
+    }
+    serde_saphyr::from_str_with_options::<Node>(text, options()).map_err(|e| syntax(&e))
+}
+
+/// Parses every document of a text (`---` between them) into positioned
+/// trees, empty ones left out; a text with none is one `Null` document.
+pub fn parse_all(text: &str) -> Result<Vec<Node>, SyntaxError> {
+    if text.trim().is_empty() {
+        return Ok(vec![null()]);
+    }
+    let docs: Vec<Node> =
+        serde_saphyr::from_str_multiple_with_options::<Node, Vec<Node>>(text, options())
+            .map_err(|e| syntax(&e))?;
+    Ok(if docs.is_empty() { vec![null()] } else { docs })
 }
 
 fn first_line(s: &str) -> String {
