@@ -2,8 +2,9 @@
 //! `OTEL_EXPORTER_OTLP_ENDPOINT`; off by default): a span for each
 //! `ShouldRateLimit` decision and one for its store call, continuing the W3C
 //! `traceparent` that Envoy sends with the gRPC call when its tracing is on,
-//! exported over OTLP/gRPC in batches. `OTEL_SERVICE_NAME` and the other
-//! `OTEL_*` variables the SDK reads are honoured.
+//! exported over OTLP in batches, over gRPC or HTTP (`--otlp-protocol`, or
+//! the standard `OTEL_EXPORTER_OTLP_PROTOCOL`). `OTEL_SERVICE_NAME` and the
+//! other `OTEL_*` variables the SDK reads are honoured.
 //!
 //! Off, it costs a request one relaxed atomic load: no span is created.
 
@@ -33,15 +34,15 @@ impl Telemetry {
     /// the `tracing` layer that feeds it. Call inside the Tokio runtime.
     pub fn start<S>(
         endpoint: Option<&str>,
+        protocol: Option<&str>,
     ) -> Result<(Telemetry, impl tracing_subscriber::Layer<S>), TelemetryError>
     where
         S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
     {
-        let mut builder = opentelemetry_otlp::SpanExporter::builder().with_tonic();
-        if let Some(e) = endpoint {
-            builder = builder.with_endpoint(e);
-        }
-        let exporter = builder.build().map_err(|e| TelemetryError(e.to_string()))?;
+        let exporter = exporter(
+            endpoint,
+            protocol.map_or_else(protocol_from_env, str::to_owned),
+        )?;
         let service = std::env::var("OTEL_SERVICE_NAME").unwrap_or_else(|_| "sluice".into());
         let provider = SdkTracerProvider::builder()
             .with_batch_exporter(exporter)
@@ -67,6 +68,50 @@ impl Telemetry {
         ON.store(false, Relaxed);
         let _ = self.provider.shutdown();
     }
+}
+
+/// The protocol the OpenTelemetry variables name, signal's first; gRPC
+/// when none does (sluice's default before OTLP/HTTP, kept).
+fn protocol_from_env() -> String {
+    [
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+    ]
+    .iter()
+    .find_map(|v| std::env::var(v).ok().filter(|p| !p.is_empty()))
+    .unwrap_or_else(|| "grpc".into())
+}
+
+/// The span exporter for `protocol` (`grpc` or `http/protobuf`), to
+/// `endpoint` or where the `OTEL_*` environment says.
+fn exporter(
+    endpoint: Option<&str>,
+    protocol: String,
+) -> Result<opentelemetry_otlp::SpanExporter, TelemetryError> {
+    let built = match protocol.as_str() {
+        "grpc" => {
+            let mut b = opentelemetry_otlp::SpanExporter::builder().with_tonic();
+            if let Some(e) = endpoint {
+                b = b.with_endpoint(e);
+            }
+            b.build()
+        }
+        "http/protobuf" => {
+            let mut b = opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary);
+            if let Some(e) = endpoint {
+                b = b.with_endpoint(e);
+            }
+            b.build()
+        }
+        other => {
+            return Err(TelemetryError(format!(
+                "OTLP protocol {other:?}: sluice exports over grpc or http/protobuf"
+            )));
+        }
+    };
+    built.map_err(|e| TelemetryError(e.to_string()))
 }
 
 /// The `tracing` target of the spans that are exported.

@@ -34,14 +34,10 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-#[tonic::async_trait]
-impl TraceService for Receiver {
-    async fn export(
-        &self,
-        req: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+impl Receiver {
+    fn record(&self, req: ExportTraceServiceRequest) {
         let mut seen = self.0.lock().unwrap();
-        for rs in req.into_inner().resource_spans {
+        for rs in req.resource_spans {
             let service = rs
                 .resource
                 .iter()
@@ -61,8 +57,104 @@ impl TraceService for Receiver {
                 }
             }
         }
+    }
+}
+
+#[tonic::async_trait]
+impl TraceService for Receiver {
+    async fn export(
+        &self,
+        req: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        self.record(req.into_inner());
         Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
     }
+}
+
+/// An OTLP/HTTP receiver on the real protos: `POST /v1/traces` with a
+/// protobuf `ExportTraceServiceRequest`, answered 200 (one request per
+/// connection is enough for an exporter that reconnects).
+async fn http_receiver() -> (Receiver, SocketAddr) {
+    use prost::Message as _;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let r = Receiver::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let rec = r.clone();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let rec = rec.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 8192];
+                loop {
+                    let Ok(n) = sock.read(&mut chunk).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    if buf.len() < end + 4 + len {
+                        continue;
+                    }
+                    let ok = head.starts_with("post /v1/traces ");
+                    if let (true, Ok(req)) = (
+                        ok,
+                        ExportTraceServiceRequest::decode(&buf[end + 4..end + 4 + len]),
+                    ) {
+                        rec.record(req);
+                    }
+                    let status = if ok { "200 OK" } else { "404 Not Found" };
+                    let _ = sock
+                        .write_all(format!("HTTP/1.1 {status}\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n").as_bytes())
+                        .await;
+                    buf.drain(..end + 4 + len);
+                }
+            });
+        }
+    });
+    (r, addr)
+}
+
+/// Traces over OTLP/HTTP, the reference's default and Envoy Gateway's
+/// tracing Deployment's (an endpoint on port 4318, `/v1/traces` added to
+/// it as the OpenTelemetry variables say).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_is_exported_over_otlp_http() {
+    let (seen, addr) = http_receiver().await;
+    let dir = config_dir(&[("web.yaml", RULES)]);
+    let endpoint = format!("http://{addr}");
+    let s = Sluice::start_at_env(
+        dir.path(),
+        "127.0.0.1:0",
+        &["--otlp-protocol", "http/protobuf"],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    );
+    let mut c = s.client().await;
+    assert_eq!(ask(&mut c, "web", &[("k", "v")]).await.overall_code, OK);
+    assert!(
+        eventually(Duration::from_secs(15), || seen
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|s| s.name == "ShouldRateLimit")),
+        "no span over OTLP/HTTP: {:#?}",
+        seen.0.lock().unwrap()
+    );
 }
 
 async fn receiver() -> (Receiver, SocketAddr) {

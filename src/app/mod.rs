@@ -66,7 +66,7 @@ pub(crate) fn init_logging(args: &ServeArgs) -> Result<Option<Telemetry>, AppErr
     let endpoint = args.otlp_endpoint.as_deref();
     let wanted = endpoint.is_some() || std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").is_some();
     let (telemetry, otel) = if wanted {
-        let (t, layer) = Telemetry::start(endpoint)?;
+        let (t, layer) = Telemetry::start(endpoint, args.otlp_protocol.as_deref())?;
         (Some(t), Some(layer))
     } else {
         (None, None)

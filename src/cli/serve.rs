@@ -260,10 +260,16 @@ pub struct ServeArgs {
     pub(crate) max_pending: usize,
     #[command(flatten)]
     pub(crate) store: StoreArgs,
-    /// Export OpenTelemetry traces to this OTLP/gRPC endpoint (e.g.
-    /// http://collector:4317); OTEL_EXPORTER_OTLP_ENDPOINT works too. Off by default.
+    /// Export OpenTelemetry traces to this OTLP endpoint (e.g.
+    /// http://collector:4317 for gRPC, http://collector:4318/v1/traces for
+    /// HTTP); OTEL_EXPORTER_OTLP_ENDPOINT works too. Off by default.
     #[arg(long, env = "SLUICE_OTLP_ENDPOINT")]
     pub(crate) otlp_endpoint: Option<String>,
+    /// How traces are exported: grpc, or http/protobuf (OTLP over HTTP).
+    /// Unset: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL,
+    /// else grpc.
+    #[arg(long, env = "SLUICE_OTLP_PROTOCOL", value_parser = ["grpc", "http/protobuf"])]
+    pub(crate) otlp_protocol: Option<String>,
     /// Send the reference's stats to this statsd (host:port, UDP).
     #[arg(long, env = "SLUICE_STATSD_ADDR")]
     pub(crate) statsd_addr: Option<String>,

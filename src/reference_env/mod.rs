@@ -366,14 +366,20 @@ fn tracing(env: &Env, t: &mut Translation) -> Result<(), EnvError> {
     if !env.flag("TRACING_ENABLED", false)? {
         return Ok(());
     }
-    let protocol = env.or("TRACING_EXPORTER_PROTOCOL", "http");
-    if protocol != "grpc" {
-        return Err(EnvError::Unsupported {
-            var: "TRACING_EXPORTER_PROTOCOL",
-            value: protocol.to_owned(),
-            why: "sluice exports OTLP over gRPC only: set TRACING_EXPORTER_PROTOCOL=grpc and OTEL_EXPORTER_OTLP_ENDPOINT to the collector's gRPC port",
-        });
-    }
+    // The reference's default is OTLP over HTTP (Envoy Gateway's tracing
+    // Deployment sets no protocol and points at port 4318).
+    let protocol = match env.or("TRACING_EXPORTER_PROTOCOL", "http") {
+        "http" => "http/protobuf",
+        "grpc" => "grpc",
+        other => {
+            return Err(EnvError::Unsupported {
+                var: "TRACING_EXPORTER_PROTOCOL",
+                value: other.to_owned(),
+                why: "the reference exports OTLP over http or grpc",
+            });
+        }
+    };
+    t.flag("otlp-protocol", protocol);
     let mut set = |k: &str, v: String| t.env.push((k.to_owned(), v));
     set(
         "OTEL_SERVICE_NAME",

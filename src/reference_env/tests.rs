@@ -153,7 +153,7 @@ fn what_sluice_cannot_do_is_an_error_naming_the_variable() {
         (
             vec![
                 ("TRACING_ENABLED", "true"),
-                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+                ("TRACING_EXPORTER_PROTOCOL", "thrift"),
             ],
             "TRACING_EXPORTER_PROTOCOL",
         ),
@@ -170,4 +170,21 @@ fn what_sluice_cannot_do_is_an_error_naming_the_variable() {
     }
     // The reference's own default is accepted.
     assert!(translate(env(&[("REDIS_PERSECOND", "false")])).is_ok());
+}
+
+/// Envoy Gateway's tracing Deployment: `TRACING_ENABLED` and an endpoint on
+/// port 4318, no protocol, so the reference exports OTLP over HTTP; so
+/// does sluice (it used to refuse to start). `grpc` is gRPC.
+#[test]
+fn tracing_exports_over_the_protocol_the_reference_would() {
+    let on = [
+        ("TRACING_ENABLED", "true"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+    ];
+    let t = translate(env(&on)).expect("http is the reference's default");
+    assert_eq!(value(&t, "otlp-protocol"), Some("http/protobuf"));
+    let mut grpc = on.to_vec();
+    grpc.push(("TRACING_EXPORTER_PROTOCOL", "grpc"));
+    let t = translate(env(&grpc)).expect("grpc");
+    assert_eq!(value(&t, "otlp-protocol"), Some("grpc"));
 }
