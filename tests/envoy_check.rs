@@ -467,3 +467,64 @@ async fn envoy_gateways_distinct_limits_count_each_value() {
         assert_eq!(codes, [1, 1, 1, 1, 1, 2], "{who}: 5 a second each");
     }
 }
+
+fn eg(path: &str) -> PathBuf {
+    workspace().join("tests/compat/envoy-gateway").join(path)
+}
+
+/// The Envoy side Envoy Gateway generates (its xds-ir goldens: listeners and
+/// routes as lists of resources, camelCase, one ratelimit filter per shared
+/// policy named `envoy.filters.http.ratelimit/<domain>`, a domain in every
+/// `RateLimitPerRoute`, `remoteAddressMatch` actions) is read whole: paired
+/// with the rule file it generates for it, it checks clean, and a hole put
+/// into the rules is found with its route.
+#[test]
+fn envoy_gateways_generated_envoy_config_checks_against_its_rules() {
+    let listeners = eg("xds-ir/ratelimit-sourceip-invert.listeners.yaml");
+    let routes = eg("xds-ir/ratelimit-sourceip-invert.routes.yaml");
+    let rules = envoy_gateway_golden("ratelimit-sourceip-invert.yaml");
+    let dir = config_dir(&[("eg.yaml", &rules)]);
+    let (code, out, err) = check(dir.path(), &[&listeners, &routes], false);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("0 errors"), "{out}");
+    assert!(
+        out.contains("sends  first-route=first-route, masked_remote_address=invert:192.168.0.0/24\n    meets  first-route_first-route.masked_remote_address_invert:192.168.0.0/24"),
+        "{out}"
+    );
+    assert!(!out.contains("not understood"), "{out}");
+    // A hole: the rule's value no longer what the route sends.
+    let broken = rules.replace("value: invert:192.168.0.0/24", "value: invert:10.0.0.0/8");
+    let dir = config_dir(&[("eg.yaml", &broken)]);
+    let (code, out, _) = check(dir.path(), &[&listeners, &routes], false);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("route first-route") && out.contains("can never meet a rule"),
+        "{out}"
+    );
+
+    // Every shared policy's filter is read, each entry under the domain its
+    // RateLimitPerRoute names: with no rules, each domain is named.
+    let none = config_dir(&[("none.yaml", "domain: none\ndescriptors: []\n")]);
+    let shared = [
+        eg("xds-ir/ratelimit-global-shared.listeners.yaml"),
+        eg("xds-ir/ratelimit-global-shared.routes.yaml"),
+    ];
+    let refs: Vec<&Path> = shared.iter().map(PathBuf::as_path).collect();
+    let (code, out, _) = check(none.path(), &refs, false);
+    assert_eq!(code, 1, "{out}");
+    for domain in [
+        "first-listener",
+        "test-namespace/test-policy-1",
+        "test-namespace/test-policy-2",
+        "test-namespace/test-policy-4",
+    ] {
+        assert!(
+            out.contains(&format!("domain {domain:?} has no rules")),
+            "{domain}: {out}"
+        );
+    }
+    assert!(
+        out.contains("(domain test-namespace/test-policy-1 has no rules)"),
+        "{out}"
+    );
+}

@@ -84,13 +84,16 @@ fn absent(v: &Value, what: String) -> Absent {
 }
 
 /// The fields of `rate_limits[]` this check knows.
-const ENTRY_FIELDS: [&str; 6] = [
+const ENTRY_FIELDS: [&str; 7] = [
     "actions",
     "stage",
     "disable_key",
     "limit",
     "hits_addend",
     "apply_on_stream_done",
+    // Envoy 1.40: which rate-limit headers this entry's answer adds; it
+    // changes no descriptor.
+    "x_ratelimit_option",
 ];
 
 /// Reads one `rate_limits` entry; `cluster` is the route's cluster (what
@@ -189,6 +192,24 @@ fn action(a: &Value, cluster: Option<&str>) -> Result<Entry, String> {
             },
             None => runtime("destination_cluster", "the route's cluster"),
         },
+        // Envoy 1.40: a fixed entry when the client address is in (or,
+        // inverted, out of) the ranges; no descriptor otherwise.
+        "remote_address_match" => {
+            let invert = v
+                .pointer("/address_matcher/invert_match")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            let what = if invert {
+                "the client address is in the ranges"
+            } else {
+                "the client address is outside the ranges"
+            };
+            Entry {
+                key: key("remote_address_match"),
+                value: Source::Fixed(s(v, "descriptor_value").unwrap_or_default().to_owned()),
+                absent: Absent::Dropped(what.into()),
+            }
+        }
         "header_value_match" | "query_parameter_value_match" => {
             let default = if kind == "header_value_match" {
                 "header_match"

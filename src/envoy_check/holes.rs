@@ -78,10 +78,17 @@ pub(super) fn filter(
     rules: &Rules,
     f: &FilterReport,
     disabled: bool,
+    used: bool,
     at: &At<'_>,
     out: &mut Vec<Finding>,
 ) {
     let Some(domain) = rules.domain(&f.domain) else {
+        // A filter no entry is sent to under its own domain (every route
+        // names another in its RateLimitPerRoute, or none has rate_limits)
+        // limits nothing, and its domain needs no rules.
+        if !used {
+            return;
+        }
         at.error(
             out,
             None,
@@ -111,10 +118,25 @@ pub(super) fn filter(
 }
 
 /// One entry's holes.
-pub(super) fn sent(m: &Meeting, domain_known: bool, at: &At<'_>, out: &mut Vec<Finding>) {
+/// `(domain_known, own)`: whether the entry's domain has rules, and whether
+/// it is the filter's own (whose lack of rules the filter's finding says).
+pub(super) fn sent(
+    m: &Meeting,
+    (domain_known, own): (bool, bool),
+    at: &At<'_>,
+    out: &mut Vec<Finding>,
+) {
     let s = &m.sent;
     let route = Some(format!("{} (virtual host {})", s.route, s.vhost));
     let action = Some(format!("{} rate_limits[{}]", s.place, s.index));
+    if let (false, false, Some(d)) = (domain_known, own, &s.domain) {
+        at.error(
+            out,
+            route.clone(),
+            action.clone(),
+            format!("its RateLimitPerRoute domain {d:?} has no rules: this entry limits nothing"),
+        );
+    }
     for what in &s.descriptor.not_understood {
         at.warn(
             out,

@@ -87,10 +87,32 @@ pub(crate) fn check(rules: &Rules, files: &[PathBuf]) -> Result<Report, ReadErro
     let mut report = Report::default();
     let mut reached: Vec<(String, String)> = Vec::new();
     let mut domains: Vec<String> = Vec::new();
+    // Files that are lists of resources (a control plane's listeners in
+    // one, its route configurations in another) are read as one.
+    let mut resources: Vec<serde_json::Value> = Vec::new();
+    let mut listed: Vec<String> = Vec::new();
     for file in files {
         let doc = read::document(file)?;
+        if let serde_json::Value::Array(items) = doc {
+            resources.extend(items);
+            listed.push(file.display().to_string());
+            continue;
+        }
         for hcm in read::managers(&doc) {
             check_hcm(rules, file, &hcm, &mut report, &mut reached, &mut domains);
+        }
+    }
+    if !listed.is_empty() {
+        let joined = PathBuf::from(listed.join(" + "));
+        for hcm in read::managers(&serde_json::Value::Array(resources)) {
+            check_hcm(
+                rules,
+                &joined,
+                &hcm,
+                &mut report,
+                &mut reached,
+                &mut domains,
+            );
         }
     }
     holes::unreachable(rules, &domains, &reached, &mut report);
@@ -110,17 +132,6 @@ fn check_hcm(
     let at = holes::At::new(&file_name, &hcm.listener);
     holes::quota(hcm, &at, &mut report.findings);
     check_quota(rules, hcm, &at, report, reached, domains);
-    let Some((index, filter)) = hcm
-        .filters
-        .iter()
-        .enumerate()
-        .find(|(_, f)| f.is("ratelimit.v3.RateLimit", "envoy.filters.http.ratelimit"))
-    else {
-        return;
-    };
-    let mut fr = FilterReport::new(&file_name, &hcm.listener, &filter.config);
-    let domain = fr.domain.clone();
-    holes::filter(rules, &fr, filter.disabled, &at, &mut report.findings);
     if let Some(missing) = &hcm.missing_rds {
         at.warn(
             &mut report.findings,
@@ -131,13 +142,63 @@ fn check_hcm(
             ),
         );
     }
-    let (sent, policies) = hcm.routes.as_ref().map(routes::sent).unwrap_or_default();
-    holes::cors(hcm, index, &policies, &at, &mut report.findings);
+    // Every ratelimit filter, whatever its name's suffix: Envoy Gateway
+    // adds one per shared policy (`envoy.filters.http.ratelimit/<domain>`).
+    for (index, filter) in hcm.filters.iter().enumerate() {
+        if filter.is("ratelimit.v3.RateLimit", "envoy.filters.http.ratelimit") {
+            check_filter(
+                rules,
+                &file_name,
+                hcm,
+                (index, filter),
+                &at,
+                report,
+                reached,
+                domains,
+            );
+        }
+    }
+}
+
+/// One ratelimit filter: its settings, and every entry it applies against
+/// the rules of its domain (or of the route's `RateLimitPerRoute` domain).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the check's state, threaded through"
+)]
+fn check_filter(
+    rules: &Rules,
+    file_name: &str,
+    hcm: &Hcm,
+    (index, filter): (usize, &read::Filter),
+    at: &holes::At<'_>,
+    report: &mut Report,
+    reached: &mut Vec<(String, String)>,
+    domains: &mut Vec<String>,
+) {
+    let mut fr = FilterReport::new(file_name, &hcm.listener, &filter.config);
+    let domain = fr.domain.clone();
+    let (sent, policies) = hcm
+        .routes
+        .as_ref()
+        .map(|r| routes::sent(r, &filter.name))
+        .unwrap_or_default();
+    // The filter's own domain matters only if some entry is sent to it.
+    let used = sent
+        .iter()
+        .any(|s| s.domain.as_ref().is_none_or(|d| *d == domain));
+    holes::filter(rules, &fr, filter.disabled, used, at, &mut report.findings);
+    holes::cors(hcm, index, &policies, at, &mut report.findings);
     domains.push(domain.clone());
-    let dom = rules.domain(&domain);
     for s in sent {
+        let domain = s.domain.clone().unwrap_or_else(|| domain.clone());
+        if !domains.contains(&domain) {
+            domains.push(domain.clone());
+        }
+        let dom = rules.domain(&domain);
+        let own = domain == fr.domain;
         let m = meet(dom, s, &domain, reached);
-        holes::sent(&m, dom.is_some(), &at, &mut report.findings);
+        holes::sent(&m, (dom.is_some(), own), at, &mut report.findings);
         fr.meetings.push(m);
     }
     report.filters.push(fr);

@@ -44,14 +44,49 @@ pub(crate) enum ReadError {
     Parse(String, String),
 }
 
-/// The document in `path`, YAML or JSON (JSON is YAML).
+/// The document in `path`, YAML or JSON (JSON is YAML), its field names
+/// in snake_case whichever way they were written.
 pub(crate) fn document(path: &Path) -> Result<Value, ReadError> {
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| ReadError::Io(shown.clone(), e))?;
-    if text.trim_start().starts_with('{') {
-        return serde_json::from_str(&text).map_err(|e| ReadError::Parse(shown, e.to_string()));
+    let doc: Value = if text.trim_start().starts_with('{') {
+        serde_json::from_str(&text).map_err(|e| ReadError::Parse(shown, e.to_string()))?
+    } else {
+        serde_saphyr::from_str(&text).map_err(|e| ReadError::Parse(shown, e.to_string()))?
+    };
+    Ok(snake_case(doc))
+}
+
+/// Protobuf's JSON names are lowerCamelCase (`typedPerFilterConfig`, what
+/// Envoy Gateway writes) and Envoy takes both: every field name is read as
+/// its snake_case one. Names that are not plain identifiers (filter names
+/// with dots, `@type`) are kept as they are.
+fn snake_case(v: Value) -> Value {
+    match v {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| {
+                    let plain = k.starts_with(|c: char| c.is_ascii_lowercase())
+                        && k.chars().all(|c| c.is_ascii_alphanumeric());
+                    let k = if plain && k.chars().any(|c| c.is_ascii_uppercase()) {
+                        k.chars()
+                            .fold(String::with_capacity(k.len() + 4), |mut s, c| {
+                                if c.is_ascii_uppercase() {
+                                    s.push('_');
+                                }
+                                s.push(c.to_ascii_lowercase());
+                                s
+                            })
+                    } else {
+                        k
+                    };
+                    (k, snake_case(v))
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(snake_case).collect()),
+        other => other,
     }
-    serde_saphyr::from_str(&text).map_err(|e| ReadError::Parse(shown, e.to_string()))
 }
 
 fn typed(v: &Value) -> &str {
@@ -83,6 +118,18 @@ pub(crate) fn managers(doc: &Value) -> Vec<Hcm> {
                 {
                     routes.extend(r.get("route_config"));
                 }
+            }
+        }
+    } else if let Some(items) = doc.as_array() {
+        // A list of resources, as a control plane's snapshot holds them:
+        // listeners, and the route configurations they name by RDS.
+        for item in items {
+            if item.get("virtual_hosts").is_some() {
+                routes.push(item);
+            } else if item.get("filter_chains").is_some()
+                || item.get("default_filter_chain").is_some()
+            {
+                listeners.push(item);
             }
         }
     } else {

@@ -19,6 +19,8 @@ pub(crate) struct Sent {
     pub(crate) descriptor: Descriptor,
     /// The route's `match` (empty for a virtual host's own entries).
     pub(crate) matcher: Value,
+    /// `RateLimitPerRoute`'s `domain`, which replaces the filter's.
+    pub(crate) domain: Option<String>,
 }
 
 /// A CORS policy: where, and the headers it exposes (lowercase).
@@ -28,7 +30,6 @@ pub(crate) struct Cors {
     pub(crate) exposes: Vec<String>,
 }
 
-const RATELIMIT: &str = "envoy.filters.http.ratelimit";
 const CORS: &str = "envoy.filters.http.cors";
 
 fn name(v: &Value) -> String {
@@ -71,8 +72,10 @@ fn cors(at: String, policy: &Value) -> Cors {
     Cors { at, exposes }
 }
 
-/// Every entry of `config` (a `RouteConfiguration`), and its CORS policies.
-pub(crate) fn sent(config: &Value) -> (Vec<Sent>, Vec<Cors>) {
+/// Every entry of `config` (a `RouteConfiguration`) that the ratelimit
+/// filter named `filter` applies (the route's and virtual host's own, or
+/// its `RateLimitPerRoute` under that name instead), and its CORS policies.
+pub(crate) fn sent(config: &Value, filter: &str) -> (Vec<Sent>, Vec<Cors>) {
     let mut out = Vec::new();
     let mut policies = Vec::new();
     for vh in entries(config.get("virtual_hosts")) {
@@ -97,6 +100,7 @@ pub(crate) fn sent(config: &Value) -> (Vec<Sent>, Vec<Cors>) {
                 index: i,
                 descriptor: descriptor(rl, None),
                 matcher: Value::Null,
+                domain: None,
             });
         }
         for r in entries(vh.get("routes")) {
@@ -107,13 +111,18 @@ pub(crate) fn sent(config: &Value) -> (Vec<Sent>, Vec<Cors>) {
             if let Some(p) = per_filter.and_then(|t| t.get(CORS)) {
                 policies.push(cors(format!("route {route}"), p));
             }
+            let per_route = per_filter.and_then(|t| t.get(filter));
+            // Its domain replaces the filter's for every entry of the route.
+            let domain = per_route
+                .and_then(|c| c.get("domain"))
+                .and_then(Value::as_str)
+                .filter(|d| !d.is_empty())
+                .map(str::to_owned);
             let lists = [
                 ("route", r.pointer("/route/rate_limits")),
                 (
                     "RateLimitPerRoute",
-                    per_filter
-                        .and_then(|t| t.get(RATELIMIT))
-                        .and_then(|c| c.get("rate_limits")),
+                    per_route.and_then(|c| c.get("rate_limits")),
                 ),
             ];
             for (place, list) in lists {
@@ -125,6 +134,7 @@ pub(crate) fn sent(config: &Value) -> (Vec<Sent>, Vec<Cors>) {
                         index: i,
                         descriptor: descriptor(rl, cluster),
                         matcher: matcher.clone(),
+                        domain: domain.clone(),
                     });
                 }
             }
