@@ -56,6 +56,7 @@ pub mod privacy;
 pub(crate) mod protojson;
 pub(crate) mod quota;
 pub mod reference_env;
+pub(crate) mod reference_metrics;
 mod refusal;
 pub(crate) mod request;
 pub mod rule_stats;

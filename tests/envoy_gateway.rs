@@ -73,9 +73,11 @@ fn envoy_gateway_env(certs: &str, xds: SocketAddr, redis: u16, p: &Ports) -> Vec
         ("REDIS_URL", format!("127.0.0.1:{redis}")),
         ("USE_PROMETHEUS", "true".into()),
         ("PROMETHEUS_ADDR", format!("127.0.0.1:{}", p.prometheus)),
+        // Envoy Gateway mounts its statsd_exporter mapping from a
+        // ConfigMap; here it sits beside the certificates.
         (
             "PROMETHEUS_MAPPER_YAML",
-            "/etc/statsd-exporter/conf.yaml".into(),
+            format!("{certs}/statsd_conf.yaml"),
         ),
         // Only for the test: loopback instead of 0.0.0.0.
         ("HOST", "127.0.0.1".into()),
@@ -102,6 +104,12 @@ fn secret(dir: &Path) -> PathBuf {
     ] {
         std::fs::copy(dir.join(from), certs.join(to)).expect("copy cert");
     }
+    // Envoy Gateway's own statsd_exporter mapping (tests/compat).
+    std::fs::copy(
+        common::workspace().join("tests/compat/envoy-gateway/statsd_conf.yaml"),
+        certs.join("statsd_conf.yaml"),
+    )
+    .expect("copy the mapping");
     common::sh(&certs, "chmod 755 . && chmod 644 *");
     certs
 }
@@ -252,8 +260,8 @@ fn run(start: impl FnOnce(&Path, &[(String, String)]) -> Running, certs_in_env: 
     assert_eq!(get(ports.debug, "/rlconfig").0, 200, "debug port");
     let (code, metrics) = get(ports.prometheus, "/metrics");
     assert!(
-        code == 200 && metrics.contains("sluice_"),
-        "PROMETHEUS_ADDR serves /metrics"
+        code == 200 && metrics.contains("ratelimit_service_config_load_success"),
+        "PROMETHEUS_ADDR serves the reference's stats, mapped: {metrics}"
     );
 
     // The rules come over xDS, from a server that demands sluice's client
@@ -300,9 +308,11 @@ fn run(start: impl FnOnce(&Path, &[(String, String)]) -> Running, certs_in_env: 
         sluice.log().contains("mutual=true"),
         "client CA from GRPC_SERVER_TLS_CA_CERT"
     );
+    // Its dashboard's series, named by its mapping file.
+    let (_, metrics) = get(ports.prometheus, "/metrics");
     assert!(
-        sluice.log().contains("PROMETHEUS_MAPPER_YAML"),
-        "said at startup"
+        metrics.contains("ratelimit_service_rate_limit_over_limit{domain=\"xds\",key1=\"k\"} 1"),
+        "{metrics}"
     );
 
     // The reference's names, in statsd and in Redis.

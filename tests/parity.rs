@@ -211,3 +211,95 @@ async fn a_rejected_request_spares_the_other_budgets() {
         }
     }
 }
+
+/// Envoy Gateway's dashboard (charts/gateway-addons-helm/dashboards/
+/// global-ratelimit.json, kept in tests/compat/envoy-gateway) reads the
+/// reference's stats through its statsd_exporter mapping: with the same
+/// mapping file, every query of it on sluice's rate-limit series returns
+/// a series after traffic, on `--reference-metrics-addr`, while sluice's
+/// own names stay on the admin port.
+#[tokio::test]
+async fn envoy_gateways_dashboard_queries_find_their_series() {
+    let compat = workspace().join("tests/compat/envoy-gateway");
+    let route = "httproute/default/http-ratelimit/rule/0/match/0/ratelimit_example";
+    let rules = format!(
+        "domain: default/eg/http\ndescriptors:\n  - key: {route}\n    value: {route}\n    rate_limit: null\n    descriptors:\n      - key: rule-0-match-0\n        value: rule-0-match-0\n        rate_limit: {{unit: hour, requests_per_unit: 2}}\n"
+    );
+    let port = common::redis::free_port();
+    let mapper = compat.join("statsd_conf.yaml");
+    let addr = format!("127.0.0.1:{port}");
+    let s = Sluice::start(
+        &[("eg.yaml", &rules)],
+        &[
+            "--reference-metrics-addr",
+            &addr,
+            "--reference-metrics-mapper",
+            mapper.to_str().expect("path"),
+        ],
+    );
+    let mut c = s.client().await;
+    for _ in 0..3 {
+        ask(
+            &mut c,
+            "default/eg/http",
+            &[(route, route), ("rule-0-match-0", "rule-0-match-0")],
+        )
+        .await;
+    }
+    let (code, text) = http(addr.parse().expect("addr"), "GET", "/metrics", "");
+    assert_eq!(code, 200);
+    assert!(!text.contains("sluice_"), "only the reference's names here");
+    let dashboard =
+        std::fs::read_to_string(compat.join("global-ratelimit.json")).expect("dashboard");
+    let exprs: Vec<String> = dashboard
+        .split("\"expr\": \"")
+        .skip(1)
+        .filter_map(|rest| rest.split("\",").next())
+        .map(|e| {
+            e.replace("\\\"", "\"")
+                .replace("$DefaultDomain", "default/eg/http")
+        })
+        .filter(|e| e.starts_with("ratelimit_service_") || e.starts_with("(process_"))
+        .collect();
+    assert_eq!(exprs.len(), 5, "{exprs:?}");
+    for expr in exprs {
+        let e = expr.trim_start_matches('(');
+        let name: String = e
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        // Labels Prometheus adds from the pod (app_kubernetes_io_*) are not
+        // the exporter's to give.
+        let want: Vec<String> = e
+            .split_once('{')
+            .and_then(|(_, rest)| rest.split_once('}'))
+            .map(|(labels, _)| {
+                labels
+                    .split(", ")
+                    .filter(|l| !l.starts_with("app_kubernetes_io"))
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let found = text.lines().any(|l| {
+            l.starts_with(&name)
+                && l[name.len()..].starts_with(['{', ' '])
+                && want.iter().all(|w| l.contains(w.as_str()))
+        });
+        assert!(found, "{expr}: no series in\n{text}");
+    }
+    // The counts are the rule's.
+    let line = text
+        .lines()
+        .find(|l| {
+            l.starts_with("ratelimit_service_rate_limit_over_limit{")
+                && l.contains("key2=\"rule-0-match-0_rule-0-match-0\"")
+        })
+        .expect("over_limit");
+    assert!(line.ends_with(" 1"), "{line}");
+    assert!(
+        metric_families(&s.get("/metrics").1)
+            .iter()
+            .any(|f| f.starts_with("sluice_"))
+    );
+}

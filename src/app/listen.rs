@@ -68,3 +68,32 @@ pub(crate) async fn bind_admin(addrs: &[SocketAddr]) -> Result<Vec<TcpListener>,
     }
     Ok(listeners)
 }
+
+/// `--reference-metrics-addr` and the mapping file that names what it
+/// serves, read and checked before anything runs.
+pub(crate) async fn bind_reference_metrics(
+    args: &ServeArgs,
+) -> Result<
+    Option<(
+        TcpListener,
+        std::sync::Arc<crate::reference_metrics::Mapper>,
+    )>,
+    AppError,
+> {
+    let Some(addr) = args.reference_metrics_addr else {
+        return Ok(None);
+    };
+    let mapper = match &args.reference_metrics_mapper {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--reference-metrics-mapper {}", path.display()))?;
+            crate::reference_metrics::Mapper::parse(&path.display().to_string(), &text)
+                .map_err(|e| AppError::msg(format!("--reference-metrics-mapper {e}")))?
+        }
+        None => crate::reference_metrics::Mapper::default(),
+    };
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding --reference-metrics-addr {addr}"))?;
+    Ok(Some((listener, std::sync::Arc::new(mapper))))
+}

@@ -169,6 +169,7 @@ async fn bind(args: &ServeArgs) -> Result<Listeners, AppError> {
     Ok(Listeners {
         grpc: listen::bind_grpc(args).await?,
         admin: listen::bind_admin(&args.admin_addr).await?,
+        reference_metrics: listen::bind_reference_metrics(args).await?,
     })
 }
 

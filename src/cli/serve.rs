@@ -270,6 +270,20 @@ pub struct ServeArgs {
     /// else grpc.
     #[arg(long, env = "SLUICE_OTLP_PROTOCOL", value_parser = ["grpc", "http/protobuf"])]
     pub(crate) otlp_protocol: Option<String>,
+    /// Serve the reference's stats as Prometheus on this address (GET
+    /// /metrics), named by --reference-metrics-mapper (ratelimit mode's
+    /// USE_PROMETHEUS with PROMETHEUS_ADDR). Off by default.
+    #[arg(long, env = "SLUICE_REFERENCE_METRICS_ADDR")]
+    pub(crate) reference_metrics_addr: Option<std::net::SocketAddr>,
+    /// A statsd_exporter mapping file naming the reference's stats on
+    /// --reference-metrics-addr (PROMETHEUS_MAPPER_YAML); without one, the
+    /// stat names with dots as underscores.
+    #[arg(
+        long,
+        env = "SLUICE_REFERENCE_METRICS_MAPPER",
+        requires = "reference_metrics_addr"
+    )]
+    pub(crate) reference_metrics_mapper: Option<std::path::PathBuf>,
     /// Send the reference's stats to this statsd (host:port, UDP).
     #[arg(long, env = "SLUICE_STATSD_ADDR")]
     pub(crate) statsd_addr: Option<String>,

@@ -34,7 +34,11 @@ fn the_reference_environment_parses_as_serve_flags() {
     let Some(Command::Serve(args)) = cli.command else {
         panic!("a serve command");
     };
-    assert_eq!(args.admin_addr.len(), 3);
+    assert_eq!(args.admin_addr.len(), 2);
+    assert!(
+        args.reference_metrics_addr
+            .is_some_and(|a| a.port() == 19001)
+    );
     assert_eq!(args.grpc_addr.port(), 8081);
     assert!(args.tls_files().is_some_and(|f| f.client_ca.is_some()));
     assert!(args.xds().is_some_and(|x| x.tls.is_some()));

@@ -144,8 +144,8 @@ fn listeners(env: &Env, t: &mut Translation) -> Result<(), EnvError> {
     }
     // The reference serves /healthcheck and /json on PORT, /rlconfig on
     // DEBUG_PORT and Prometheus on PROMETHEUS_ADDR; sluice serves all its
-    // admin routes on each.
-    let mut admin = vec![
+    // admin routes on the first two, and the reference's stats on the last.
+    let admin = [
         addr(env.or("HOST", "0.0.0.0"), env.or("PORT", "8080")),
         addr(
             env.or("DEBUG_HOST", "0.0.0.0"),
@@ -163,11 +163,11 @@ fn listeners(env: &Env, t: &mut Translation) -> Result<(), EnvError> {
                     "not host:port",
                 )
             })?;
-        admin.push(addr(host, port));
+        // The reference's stats, named by its mapping file, as the reference
+        // serves them there; sluice's own stay on the admin addresses.
+        t.flag("reference-metrics-addr", addr(host, port));
         if let Some(yaml) = env.set("PROMETHEUS_MAPPER_YAML") {
-            t.notes.push(format!(
-                "PROMETHEUS_MAPPER_YAML={yaml}: not applied; sluice's /metrics is native Prometheus under its own names (sluice_*), with no statsd mapping in between"
-            ));
+            t.flag("reference-metrics-mapper", yaml);
         }
     }
     t.flag("admin-addr", admin.join(","));

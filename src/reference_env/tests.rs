@@ -49,9 +49,12 @@ fn envoy_gateway_deployment_becomes_sluice_flags() {
     let t = translate(env(ENVOY_GATEWAY)).expect("translates");
     assert_eq!(t.args.first().map(String::as_str), Some("serve"));
     assert_eq!(value(&t, "grpc-addr"), Some("0.0.0.0:8081"));
+    assert_eq!(value(&t, "admin-addr"), Some("0.0.0.0:8080,0.0.0.0:6070"));
+    // The reference's stats, named by its mapping file, on PROMETHEUS_ADDR.
+    assert_eq!(value(&t, "reference-metrics-addr"), Some("0.0.0.0:19001"));
     assert_eq!(
-        value(&t, "admin-addr"),
-        Some("0.0.0.0:8080,0.0.0.0:6070,0.0.0.0:19001")
+        value(&t, "reference-metrics-mapper"),
+        Some("/etc/statsd-exporter/conf.yaml")
     );
     assert_eq!(value(&t, "config-xds"), Some("envoy-gateway:18001"));
     assert_eq!(value(&t, "xds-node-id"), Some("envoy-ratelimit"));
@@ -66,11 +69,7 @@ fn envoy_gateway_deployment_becomes_sluice_flags() {
     assert_eq!(value(&t, "log-level"), Some("info"));
     assert_eq!(value(&t, "local-cache-size"), Some("0"));
     assert_eq!(value(&t, "config"), None, "xDS, not files");
-    for var in [
-        "PROMETHEUS_MAPPER_YAML",
-        "RUNTIME_WATCH_ROOT",
-        "FORCE_START_WITHOUT_INITIAL_CONFIG",
-    ] {
+    for var in ["RUNTIME_WATCH_ROOT", "FORCE_START_WITHOUT_INITIAL_CONFIG"] {
         assert!(
             t.notes.iter().any(|n| n.starts_with(var)),
             "{var} is said at startup: {:?}",

@@ -33,6 +33,9 @@ pub struct Listeners {
     /// `PORT`, `DEBUG_PORT` and `PROMETHEUS_ADDR` under `ratelimit`); at
     /// least one.
     pub admin: Vec<TcpListener>,
+    /// The reference's stats as Prometheus (`--reference-metrics-addr`),
+    /// and the mapping that names them.
+    pub reference_metrics: Option<(TcpListener, Arc<crate::reference_metrics::Mapper>)>,
 }
 
 /// Where gRPC is served: TCP (`--grpc-addr`), or a Unix socket
@@ -111,6 +114,14 @@ pub async fn run(
     let (health, stopper) = health(shutdown, draining.clone(), token.clone()).await;
     let console = opts.console.clone();
     let tasks = tasks::spawn(&limiter, &opts, &console, &token);
+    if let Some((listener, mapper)) = listeners.reference_metrics {
+        tasks.spawn(crate::reference_metrics::serve(
+            listener,
+            limiter.metrics().clone(),
+            mapper,
+            token.clone(),
+        ));
+    }
     info!(
         grpc_addr = %listeners.grpc.describe()?,
         admin_addr = %admin_addrs(&listeners.admin)?,
