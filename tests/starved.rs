@@ -184,6 +184,17 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1000000}
 ";
 
+/// Two instances on `redis`, with the shipped `--redis-timeout`, ready.
+fn fleet_on(redis: &RedisServer) -> Vec<Sluice> {
+    let fleet: Vec<Sluice> = (0..2)
+        .map(|_| Sluice::start(&[("shop.yaml", FLOODED)], &["--redis-url", &redis.url()]))
+        .collect();
+    for s in &fleet {
+        assert!(eventually(Duration::from_secs(10), || s.status() == "ready"));
+    }
+    fleet
+}
+
 /// A flood of `target` far past what this host can answer, for `secs`
 /// seconds: h2load (C, as the issue's) when installed, each request on a
 /// key of its own that asks Redis; else `sluice bench` on distinct keys.
@@ -240,12 +251,7 @@ fn flood(target: std::net::SocketAddr, secs: u64, dir: &std::path::Path) -> std:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cpu_flood_with_a_healthy_redis_never_trips_the_breaker() {
     let redis = RedisServer::start();
-    let fleet: Vec<Sluice> = (0..2)
-        .map(|_| Sluice::start(&[("shop.yaml", FLOODED)], &["--redis-url", &redis.url()]))
-        .collect();
-    for s in &fleet {
-        assert!(eventually(Duration::from_secs(10), || s.status() == "ready"));
-    }
+    let fleet = fleet_on(&redis);
     common::stack::room_in_window(60, 25);
     let dir = tempfile::tempdir().expect("tempdir");
     let floods: Vec<_> = fleet
@@ -341,12 +347,7 @@ async fn a_slow_but_answering_redis_never_trips_the_breaker() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_redis_is_found_out_under_a_cpu_flood() {
     let redis = RedisServer::start();
-    let fleet: Vec<Sluice> = (0..2)
-        .map(|_| Sluice::start(&[("shop.yaml", FLOODED)], &["--redis-url", &redis.url()]))
-        .collect();
-    for s in &fleet {
-        assert!(eventually(Duration::from_secs(10), || s.status() == "ready"));
-    }
+    let fleet = fleet_on(&redis);
     let dir = tempfile::tempdir().expect("tempdir");
     let floods: Vec<_> = fleet
         .iter()

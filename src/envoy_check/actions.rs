@@ -192,38 +192,34 @@ fn action(a: &Value, cluster: Option<&str>) -> Result<Entry, String> {
             },
             None => runtime("destination_cluster", "the route's cluster"),
         },
-        // Envoy 1.40: a fixed entry when the client address is in (or,
-        // inverted, out of) the ranges; no descriptor otherwise.
-        "remote_address_match" => {
-            let invert = v
-                .pointer("/address_matcher/invert_match")
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
-            let what = if invert {
-                "the client address is in the ranges"
-            } else {
-                "the client address is outside the ranges"
+        // A fixed entry when a match holds (Envoy 1.40's
+        // remote_address_match: the client address in, or inverted out
+        // of, the ranges); no descriptor otherwise.
+        "remote_address_match" | "header_value_match" | "query_parameter_value_match" => {
+            let (default, flag, inverted_when, when) = match kind.as_str() {
+                "remote_address_match" => (
+                    "remote_address_match",
+                    v.pointer("/address_matcher/invert_match"),
+                    "the client address is in the ranges",
+                    "the client address is outside the ranges",
+                ),
+                "header_value_match" => (
+                    "header_match",
+                    inverted(v),
+                    "the match succeeds",
+                    "the match fails",
+                ),
+                _ => (
+                    "query_match",
+                    inverted(v),
+                    "the match succeeds",
+                    "the match fails",
+                ),
             };
-            Entry {
-                key: key("remote_address_match"),
-                value: Source::Fixed(s(v, "descriptor_value").unwrap_or_default().to_owned()),
-                absent: Absent::Dropped(what.into()),
-            }
-        }
-        "header_value_match" | "query_parameter_value_match" => {
-            let default = if kind == "header_value_match" {
-                "header_match"
+            let what = if flag.and_then(Value::as_bool).unwrap_or(false) {
+                inverted_when
             } else {
-                "query_match"
-            };
-            let expect = v
-                .get("expect_match")
-                .and_then(Value::as_bool)
-                .unwrap_or(true);
-            let what = if expect {
-                "the match fails"
-            } else {
-                "the match succeeds"
+                when
             };
             Entry {
                 key: key(default),
@@ -233,6 +229,14 @@ fn action(a: &Value, cluster: Option<&str>) -> Result<Entry, String> {
         }
         other => return Err(format!("action {other}")),
     })
+}
+
+/// `expect_match: false`, as an "inverted" flag (absent: expected).
+fn inverted(v: &Value) -> Option<&Value> {
+    match v.get("expect_match").and_then(Value::as_bool) {
+        Some(false) => Some(&Value::Bool(true)),
+        _ => None,
+    }
 }
 
 /// An action whose value is read from the request (a header, a query
