@@ -341,3 +341,71 @@ fn in_the_image() {
     let image = std::env::var("SLUICE_TEST_IMAGE").expect("SLUICE_TEST_IMAGE");
     run(|dir, env| start_image(&image, dir, env), Some("/certs"));
 }
+
+/// Every rate-limit Deployment Envoy Gateway's own tests hold
+/// (tests/compat/envoy-gateway/deployments, at a named commit: tracing,
+/// custom tracing, Redis TLS, a Redis URL from a secret, extension and
+/// override environments, HPA, ...), its container's environment as
+/// `/bin/ratelimit` would get it (a value from a secret as a stand-in):
+/// each translates into flags sluice's `serve` takes, so none exits at
+/// start (the tracing ones did: "sluice exports OTLP over gRPC only").
+#[test]
+fn every_envoy_gateway_deployment_environment_is_taken() {
+    use clap::Parser as _;
+    let dir = common::workspace().join("tests/compat/envoy-gateway/deployments");
+    let mut taken = 0;
+    for entry in std::fs::read_dir(&dir).expect("deployments") {
+        let path = entry.expect("entry").path();
+        let text = std::fs::read_to_string(&path).expect("deployment");
+        let doc: serde_json::Value = serde_saphyr::from_str(&text).expect("yaml");
+        let containers = doc
+            .pointer("/spec/template/spec/containers")
+            .and_then(serde_json::Value::as_array)
+            .expect("containers");
+        let ratelimit = containers
+            .iter()
+            .find(|c| c["name"] == "envoy-ratelimit")
+            .expect("the rate-limit container");
+        assert_eq!(
+            ratelimit["command"][0],
+            "/bin/ratelimit",
+            "{}",
+            path.display()
+        );
+        let env: Vec<(String, String)> = ratelimit["env"]
+            .as_array()
+            .expect("env")
+            .iter()
+            .map(|e| {
+                let name = e["name"].as_str().expect("name").to_owned();
+                let value = match (e["value"].as_str(), name.as_str()) {
+                    (Some(v), _) => v.to_owned(),
+                    (None, "REDIS_URL") => "redis.redis.svc:6379".to_owned(),
+                    (None, _) => "stand-in".to_owned(),
+                };
+                (name, value)
+            })
+            .collect();
+        // patch-deployment-containers patches REDIS_TYPE to sentinel and
+        // keeps a plain host:port: the reference takes that as the master's
+        // name with no sentinel to ask, and never connects. sluice says so
+        // at start, naming the variable.
+        let sentinel = env
+            .iter()
+            .any(|(k, v)| k == "REDIS_TYPE" && v == "sentinel");
+        if sentinel {
+            let err = sluice::reference_env::translate(env).expect_err("no sentinel to ask");
+            assert!(err.to_string().starts_with("REDIS_URL"), "{err}");
+            taken += 1;
+            continue;
+        }
+        let t = sluice::reference_env::translate(env)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let args = std::iter::once("sluice".to_owned()).chain(t.args.clone());
+        if let Err(e) = sluice::cli::Cli::try_parse_from(args) {
+            panic!("{}: {:?}: {e}", path.display(), t.args);
+        }
+        taken += 1;
+    }
+    assert_eq!(taken, 19);
+}
