@@ -23,6 +23,8 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 
+use std::sync::atomic::Ordering::Relaxed;
+
 use parking_lot::Mutex;
 
 use super::{CounterKey, Increment};
@@ -53,6 +55,9 @@ pub struct OverLimitCache {
     shards: Box<[Mutex<HashMap<CounterKey, Seen>>]>,
     per_shard: usize,
     hasher: RandomState,
+    /// Set when a shadow-mode hit is kept: [`OverLimitCache::due`] walks
+    /// the shards only then, so a cache without shadow rules costs nothing.
+    pending: std::sync::atomic::AtomicBool,
 }
 
 impl OverLimitCache {
@@ -62,6 +67,7 @@ impl OverLimitCache {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             per_shard: capacity.div_ceil(SHARDS),
             hasher: RandomState::new(),
+            pending: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -97,6 +103,9 @@ impl OverLimitCache {
         if inc.late.is_some() {
             seen.count = after;
             seen.pending = seen.pending.saturating_add(inc.hits);
+            if !self.pending.load(Relaxed) {
+                self.pending.store(true, Relaxed);
+            }
             match &mut seen.shadow {
                 Some(last) => last.at_us = inc.at_us,
                 None => seen.shadow = Some(Box::new(inc.clone())),
@@ -109,7 +118,7 @@ impl OverLimitCache {
     /// (once) as one increment per counter, for the store to count.
     pub fn due(&self) -> Vec<Increment> {
         let mut due = Vec::new();
-        if self.per_shard == 0 {
+        if self.per_shard == 0 || !self.pending.swap(false, Relaxed) {
             return due;
         }
         for shard in self.shards.iter() {
