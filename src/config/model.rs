@@ -9,12 +9,14 @@ use serde_saphyr::Location;
 
 use super::error::ConfigError;
 
+mod documents;
 mod keys;
 mod limits;
 mod metadata;
 use super::yaml::{self, Node, Value, position};
 use crate::limiter::{Algorithm, Period};
 use crate::store::FailurePolicy;
+pub use documents::{parse_documents, parse_file};
 pub use keys::VALID_KEYS;
 use metadata::to_pb;
 
@@ -93,52 +95,6 @@ pub struct RateLimitDef {
 struct Parser<'a> {
     file: &'a Path,
     errors: Vec<ConfigError>,
-}
-
-/// Parses and validates one file on its own (cross-file rules are checked when
-/// the directory is compiled): its one domain.
-pub fn parse_file(file: &Path, text: &str) -> Result<DomainFile, Vec<ConfigError>> {
-    let mut docs = parse_documents(file, text)?;
-    if docs.len() > 1 {
-        return Err(vec![ConfigError {
-            file: file.to_path_buf(),
-            position: None,
-            field: String::new(),
-            message: format!("{} YAML documents where one was expected", docs.len()),
-        }]);
-    }
-    Ok(docs.swap_remove(0))
-}
-
-/// Parses and validates every document of one file (`---` between them),
-/// each a domain: a file that holds several configs, as Envoy Gateway's
-/// generated rule files do, loads them all (the reference read the first
-/// and dropped the rest without a word).
-pub fn parse_documents(file: &Path, text: &str) -> Result<Vec<DomainFile>, Vec<ConfigError>> {
-    let roots = yaml::parse_all(text).map_err(|e| {
-        vec![ConfigError {
-            file: file.to_path_buf(),
-            position: e.position,
-            field: String::new(),
-            message: format!("error loading config file: {}", e.message),
-        }]
-    })?;
-    let mut p = Parser {
-        file,
-        errors: Vec::new(),
-    };
-    for root in &roots {
-        p.check_generic(root, "", false);
-    }
-    if !p.errors.is_empty() {
-        return Err(p.errors);
-    }
-    let parsed: Vec<DomainFile> = roots.iter().map(|root| p.domain_file(root)).collect();
-    if p.errors.is_empty() {
-        Ok(parsed)
-    } else {
-        Err(p.errors)
-    }
 }
 
 fn join(path: &str, key: &str) -> String {

@@ -388,33 +388,3 @@ fn detailed_metrics_name_a_shared_level_by_its_pattern() {
     let m = d.find(&[("service", "svc/a1"), ("user", "bob")]).unwrap();
     assert_eq!(m.metric_path.as_deref(), Some("service_svc/*.user_bob"));
 }
-
-/// Rule files as control planes write them (Envoy Gateway): a `name:` at
-/// the top, `rate_limit: null` on inner levels, `value: ""` (any value, as
-/// the reference reads it), and several configs in one file.
-#[test]
-fn files_as_envoy_gateway_writes_them_mean_what_the_reference_reads() {
-    let rules = compile_one(
-        "name: gw\ndomain: api\ndescriptors:\n  - key: route\n    value: r1\n    rate_limit: null\n    descriptors:\n      - key: user\n        value: \"\"\n        rate_limit: {unit: minute, requests_per_unit: 2}\n---\nname: other\ndomain: second\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
-    );
-    let (path, l) = limit(&rules, &[("route", "r1"), ("user", "bob")]).expect("any user");
-    assert_eq!(
-        (path.as_str(), l),
-        ("route_r1.user", per(crate::limiter::Unit::Minute, 2))
-    );
-    assert!(
-        limit(&rules, &[("route", "r1")]).is_none(),
-        "null: no limit above"
-    );
-    assert!(rules.domain("second").is_some(), "the second document");
-    // Empty and absent values are one key: two of them collide.
-    let dup = compile_many(
-        &[(
-            "d.yaml",
-            "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 2}\n  - key: user\n    value: \"\"\n    rate_limit: {unit: minute, requests_per_unit: 3}\n",
-        )],
-        false,
-    );
-    assert!(dup.is_err_and(|e| e.to_string().contains("duplicate")));
-    assert!(errors("domain: a\n---\ndomain: b\n")[0].contains("2 YAML documents"));
-}

@@ -2,10 +2,12 @@
 //! mode, and the `Retry-After` of a response. Pure and synchronous: the store
 //! has already counted, and this module only reads the numbers.
 
+mod refill;
 mod shape;
 mod window;
 
-pub use shape::{Algorithm, Decision, Refill, Tally, sliding_estimate, sliding_wait_seconds};
+pub use refill::Refill;
+pub use shape::{Algorithm, Decision, Tally, sliding_estimate, sliding_wait_seconds};
 pub use window::{MAX_WINDOW_SECONDS, Now, Period, Unit, Window, WindowStart};
 
 /// What one decision adds to a rule's counters.

@@ -271,5 +271,5 @@ fn an_overdraft_bucket_takes_what_does_not_fit() {
     assert!(matches!(t, Tally::Bucket { taken: false, .. }));
     // Debt is bounded by what the store's numbers hold.
     let (far, _) = overdraft.take(tat, now, u64::MAX);
-    assert_eq!(far, crate::limiter::shape::MAX_ARRIVAL_US);
+    assert_eq!(far, crate::limiter::refill::MAX_ARRIVAL_US);
 }
