@@ -280,6 +280,11 @@ impl Parser<'_> {
             (None, Some((v, field))) => d.rate_limits = self.rate_limits(v, &field),
             (None, None) => {}
         }
+        self.check_share_threshold(node, path, &d);
+        d
+    }
+
+    fn check_share_threshold(&mut self, node: &Node, path: &str, d: &DescriptorDef) {
         if d.share_threshold && !d.composite().contains('*') {
             let msg = format!(
                 "share_threshold can only be used with wildcard values (containing '*'), but found key '{}'",
@@ -287,7 +292,6 @@ impl Parser<'_> {
             );
             self.error(&node.referenced, &join(path, "share_threshold"), msg);
         }
-        d
     }
 
     fn string(&mut self, node: &Node, field: &str) -> Option<String> {

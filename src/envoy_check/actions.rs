@@ -192,43 +192,48 @@ fn action(a: &Value, cluster: Option<&str>) -> Result<Entry, String> {
             },
             None => runtime("destination_cluster", "the route's cluster"),
         },
-        // A fixed entry when a match holds (Envoy 1.40's
-        // remote_address_match: the client address in, or inverted out
-        // of, the ranges); no descriptor otherwise.
+        // A fixed entry when a match holds; no descriptor otherwise.
         "remote_address_match" | "header_value_match" | "query_parameter_value_match" => {
-            let (default, flag, inverted_when, when) = match kind.as_str() {
-                "remote_address_match" => (
-                    "remote_address_match",
-                    v.pointer("/address_matcher/invert_match"),
-                    "the client address is in the ranges",
-                    "the client address is outside the ranges",
-                ),
-                "header_value_match" => (
-                    "header_match",
-                    inverted(v),
-                    "the match succeeds",
-                    "the match fails",
-                ),
-                _ => (
-                    "query_match",
-                    inverted(v),
-                    "the match succeeds",
-                    "the match fails",
-                ),
-            };
-            let what = if flag.and_then(Value::as_bool).unwrap_or(false) {
-                inverted_when
-            } else {
-                when
-            };
-            Entry {
-                key: key(default),
-                value: Source::Fixed(s(v, "descriptor_value").unwrap_or_default().to_owned()),
-                absent: Absent::Dropped(what.into()),
-            }
+            matched(kind, v)
         }
         other => return Err(format!("action {other}")),
     })
+}
+
+/// A match action's fixed entry, and when it is left out (Envoy 1.40's
+/// remote_address_match: the client address in, or inverted out of, the
+/// ranges; a header or query parameter value match: as `expect_match`).
+fn matched(kind: &str, v: &Value) -> Entry {
+    let (default, flag, inverted_when, when) = match kind {
+        "remote_address_match" => (
+            "remote_address_match",
+            v.pointer("/address_matcher/invert_match"),
+            "the client address is in the ranges",
+            "the client address is outside the ranges",
+        ),
+        "header_value_match" => (
+            "header_match",
+            inverted(v),
+            "the match succeeds",
+            "the match fails",
+        ),
+        _ => (
+            "query_match",
+            inverted(v),
+            "the match succeeds",
+            "the match fails",
+        ),
+    };
+    let what = if flag.and_then(Value::as_bool).unwrap_or(false) {
+        inverted_when
+    } else {
+        when
+    };
+    Entry {
+        key: s(v, "descriptor_key").unwrap_or(default).to_owned(),
+        value: Source::Fixed(s(v, "descriptor_value").unwrap_or_default().to_owned()),
+        absent: Absent::Dropped(what.into()),
+    }
 }
 
 /// `expect_match: false`, as an "inverted" flag (absent: expected).

@@ -129,14 +129,7 @@ pub(super) fn sent(
     let s = &m.sent;
     let route = Some(format!("{} (virtual host {})", s.route, s.vhost));
     let action = Some(format!("{} rate_limits[{}]", s.place, s.index));
-    if let (false, false, Some(d)) = (domain_known, own, &s.domain) {
-        at.error(
-            out,
-            route.clone(),
-            action.clone(),
-            format!("its RateLimitPerRoute domain {d:?} has no rules: this entry limits nothing"),
-        );
-    }
+    elsewhere(m, (domain_known, own), at, (&route, &action), out);
     for what in &s.descriptor.not_understood {
         at.warn(
             out,
@@ -165,9 +158,6 @@ pub(super) fn sent(
             );
         }
     }
-    if let Some(rule) = &m.charged_bucket {
-        at.warn(out, route.clone(), action.clone(), format!("charged at stream done on {rule}, a token bucket without overdraft: true: a charge that does not fit is refused and takes nothing, so the checks after it keep passing and what was used goes unpaid; give the rule overdraft: true"));
-    }
     if let Hits::Format {
         text,
         client: Some(input),
@@ -184,6 +174,29 @@ pub(super) fn sent(
             };
             at.error(out, route, action, format!("hits_addend {text} reads the {kind} {name}, which the client writes, and the route's match does not admit only a number: Envoy drops the descriptor when the value is not a number from 0 to 10^9, so `{name}: abc` skips this limit; match it with a safe_regex such as [0-9]{{1,9}} and answer the rest 400"));
         }
+    }
+}
+
+/// An entry's holes that are not its descriptor's: a `RateLimitPerRoute`
+/// domain with no rules, and a charge at stream done on a token bucket
+/// that would refuse it and take nothing.
+fn elsewhere(
+    m: &Meeting,
+    (domain_known, own): (bool, bool),
+    at: &At<'_>,
+    (route, action): (&Option<String>, &Option<String>),
+    out: &mut Vec<Finding>,
+) {
+    if let (false, false, Some(d)) = (domain_known, own, &m.sent.domain) {
+        at.error(
+            out,
+            route.clone(),
+            action.clone(),
+            format!("its RateLimitPerRoute domain {d:?} has no rules: this entry limits nothing"),
+        );
+    }
+    if let Some(rule) = &m.charged_bucket {
+        at.warn(out, route.clone(), action.clone(), format!("charged at stream done on {rule}, a token bucket without overdraft: true: a charge that does not fit is refused and takes nothing, so the checks after it keep passing and what was used goes unpaid; give the rule overdraft: true"));
     }
 }
 

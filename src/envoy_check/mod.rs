@@ -271,6 +271,19 @@ fn shape(d: &Descriptor) -> Vec<(&str, Shape<'_>)> {
         .collect()
 }
 
+/// The rule `general` when `d` charges it at stream done and it is a token
+/// bucket without `overdraft: true` (which takes nothing it refuses).
+fn charged_bucket(d: &Descriptor, general: Option<&crate::config::Rule>) -> Option<String> {
+    let charged = d.stream_done && !d.negative && d.hits != actions::Hits::Number(0);
+    general.filter(|_| charged).and_then(|r| match r.limit {
+        crate::config::LimitDef::Limited {
+            algorithm: crate::limiter::Algorithm::TokenBucket { refill, .. },
+            ..
+        } if !refill.overdraft => Some(r.label.to_string()),
+        _ => None,
+    })
+}
+
 fn meet(
     dom: Option<&crate::config::Domain>,
     sent: Sent,
@@ -318,17 +331,8 @@ fn meet(
             crate::config::describe_limit(&r.limit)
         )
     };
-    let d = &sent.descriptor;
-    let charged = d.stream_done && !d.negative && d.hits != actions::Hits::Number(0);
-    let charged_bucket = general.filter(|_| charged).and_then(|r| match r.limit {
-        crate::config::LimitDef::Limited {
-            algorithm: crate::limiter::Algorithm::TokenBucket { refill, .. },
-            ..
-        } if !refill.overdraft => Some(r.label.to_string()),
-        _ => None,
-    });
     Meeting {
-        charged_bucket,
+        charged_bucket: charged_bucket(&sent.descriptor, general.map(|r| &**r)),
         meets: general
             .map(|r| describe(r))
             .ok_or_else(|| why_none.unwrap_or_else(|| "no rule".into())),

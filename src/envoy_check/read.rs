@@ -97,8 +97,9 @@ fn list(v: Option<&Value>) -> &[Value] {
     v.and_then(Value::as_array).map_or(&[], Vec::as_slice)
 }
 
-/// Every HCM of a bootstrap or a config dump.
-pub(crate) fn managers(doc: &Value) -> Vec<Hcm> {
+/// The listeners and route configurations of a bootstrap, a config dump
+/// or a list of resources.
+fn resources(doc: &Value) -> (Vec<&Value>, Vec<&Value>) {
     let mut listeners: Vec<&Value> = Vec::new();
     let mut routes: Vec<&Value> = Vec::new();
     if let Some(configs) = doc.get("configs").and_then(Value::as_array) {
@@ -135,6 +136,12 @@ pub(crate) fn managers(doc: &Value) -> Vec<Hcm> {
     } else {
         listeners.extend(list(doc.pointer("/static_resources/listeners")));
     }
+    (listeners, routes)
+}
+
+/// Every HCM of a bootstrap, a config dump or a list of resources.
+pub(crate) fn managers(doc: &Value) -> Vec<Hcm> {
+    let (listeners, routes) = resources(doc);
     let mut out = Vec::new();
     for l in listeners {
         let name = l

@@ -104,43 +104,47 @@ pub(crate) fn sent(config: &Value, filter: &str) -> (Vec<Sent>, Vec<Cors>) {
             });
         }
         for r in entries(vh.get("routes")) {
-            let route = route_label(r);
-            let cluster = r.pointer("/route/cluster").and_then(Value::as_str);
-            let matcher = r.get("match").cloned().unwrap_or(Value::Null);
             let per_filter = r.get("typed_per_filter_config");
             if let Some(p) = per_filter.and_then(|t| t.get(CORS)) {
-                policies.push(cors(format!("route {route}"), p));
+                policies.push(cors(format!("route {}", route_label(r)), p));
             }
-            let per_route = per_filter.and_then(|t| t.get(filter));
-            // Its domain replaces the filter's for every entry of the route.
-            let domain = per_route
-                .and_then(|c| c.get("domain"))
-                .and_then(Value::as_str)
-                .filter(|d| !d.is_empty())
-                .map(str::to_owned);
-            let lists = [
-                ("route", r.pointer("/route/rate_limits")),
-                (
-                    "RateLimitPerRoute",
-                    per_route.and_then(|c| c.get("rate_limits")),
-                ),
-            ];
-            for (place, list) in lists {
-                for (i, rl) in entries(list).iter().enumerate() {
-                    out.push(Sent {
-                        vhost: vhost.clone(),
-                        route: route.clone(),
-                        place,
-                        index: i,
-                        descriptor: descriptor(rl, cluster),
-                        matcher: matcher.clone(),
-                        domain: domain.clone(),
-                    });
-                }
-            }
+            route_entries(r, &vhost, per_filter.and_then(|t| t.get(filter)), &mut out);
         }
     }
     (out, policies)
+}
+
+/// A route's own entries and those of its `RateLimitPerRoute` for the
+/// filter (`per_route`), whose domain replaces the filter's for them all.
+fn route_entries(r: &Value, vhost: &str, per_route: Option<&Value>, out: &mut Vec<Sent>) {
+    let route = route_label(r);
+    let cluster = r.pointer("/route/cluster").and_then(Value::as_str);
+    let matcher = r.get("match").cloned().unwrap_or(Value::Null);
+    let domain = per_route
+        .and_then(|c| c.get("domain"))
+        .and_then(Value::as_str)
+        .filter(|d| !d.is_empty())
+        .map(str::to_owned);
+    let lists = [
+        ("route", r.pointer("/route/rate_limits")),
+        (
+            "RateLimitPerRoute",
+            per_route.and_then(|c| c.get("rate_limits")),
+        ),
+    ];
+    for (place, list) in lists {
+        for (i, rl) in entries(list).iter().enumerate() {
+            out.push(Sent {
+                vhost: vhost.to_owned(),
+                route: route.clone(),
+                place,
+                index: i,
+                descriptor: descriptor(rl, cluster),
+                matcher: matcher.clone(),
+                domain: domain.clone(),
+            });
+        }
+    }
 }
 
 /// Whether a route's match admits only requests whose `header` is a whole

@@ -114,14 +114,7 @@ pub async fn run(
     let (health, stopper) = health(shutdown, draining.clone(), token.clone()).await;
     let console = opts.console.clone();
     let tasks = tasks::spawn(&limiter, &opts, &console, &token);
-    if let Some((listener, mapper)) = listeners.reference_metrics {
-        tasks.spawn(crate::reference_metrics::serve(
-            listener,
-            limiter.metrics().clone(),
-            mapper,
-            token.clone(),
-        ));
-    }
+    tasks::reference_metrics(&tasks, listeners.reference_metrics, &limiter, &token);
     info!(
         grpc_addr = %listeners.grpc.describe()?,
         admin_addr = %admin_addrs(&listeners.admin)?,

@@ -45,6 +45,26 @@ pub(super) fn spawn(
     tasks
 }
 
+/// The reference's stats as Prometheus on their own listener, when bound.
+pub(super) fn reference_metrics(
+    tasks: &TaskTracker,
+    served: Option<(
+        tokio::net::TcpListener,
+        Arc<crate::reference_metrics::Mapper>,
+    )>,
+    limiter: &RateLimiter,
+    token: &CancellationToken,
+) {
+    if let Some((listener, mapper)) = served {
+        tasks.spawn(crate::reference_metrics::serve(
+            listener,
+            limiter.metrics().clone(),
+            mapper,
+            token.clone(),
+        ));
+    }
+}
+
 /// Frees ended windows once a second so memory follows live keys, drops
 /// the metric series of rules no longer in force, and publishes how many
 /// counters live in memory.
