@@ -150,7 +150,19 @@ pub async fn run(
     token: CancellationToken,
 ) -> std::io::Result<()> {
     let metrics = state.limiter.metrics().clone();
-    let app = router(state);
+    serve_bounded(listener, router(state), limits, metrics, token).await
+}
+
+/// Serves `app` on `listener` under the admin port's bounds (connections,
+/// per peer, idle and header timeouts): every HTTP listener sluice opens
+/// beside gRPC is held to them.
+pub(crate) async fn serve_bounded(
+    listener: TcpListener,
+    app: Router,
+    limits: AdminBounds,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
+    token: CancellationToken,
+) -> std::io::Result<()> {
     let mut admitted = conn::accept(
         listener,
         limits.conn,

@@ -130,17 +130,22 @@ async fn scrape(
     )
 }
 
-/// Serves `GET /metrics` on `listener` until `token` is cancelled.
+/// Serves `GET /metrics` on `listener` until `token` is cancelled, under
+/// the admin port's connection bounds (`limits`).
 pub async fn serve(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     mapper: Arc<Mapper>,
+    limits: crate::admin::AdminBounds,
     token: CancellationToken,
 ) {
     let app = Router::new()
         .route("/metrics", get(scrape))
-        .with_state(Arc::new(Served { metrics, mapper }));
-    let _ = axum::serve(listener, app)
-        .with_graceful_shutdown(token.cancelled_owned())
-        .await;
+        .with_state(Arc::new(Served {
+            metrics: metrics.clone(),
+            mapper,
+        }));
+    if let Err(e) = crate::admin::serve_bounded(listener, app, limits, metrics, token).await {
+        tracing::warn!(error = %e, "--reference-metrics-addr stopped serving");
+    }
 }

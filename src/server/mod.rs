@@ -114,7 +114,7 @@ pub async fn run(
     let (health, stopper) = health(shutdown, draining.clone(), token.clone()).await;
     let console = opts.console.clone();
     let tasks = tasks::spawn(&limiter, &opts, &console, &token);
-    tasks::reference_metrics(&tasks, listeners.reference_metrics, &limiter, &token);
+    tasks::reference_metrics(&tasks, listeners.reference_metrics, &limiter, &opts, &token);
     info!(
         grpc_addr = %listeners.grpc.describe()?,
         admin_addr = %admin_addrs(&listeners.admin)?,

@@ -53,6 +53,7 @@ pub(super) fn reference_metrics(
         Arc<crate::reference_metrics::Mapper>,
     )>,
     limiter: &RateLimiter,
+    opts: &ServeOptions,
     token: &CancellationToken,
 ) {
     if let Some((listener, mapper)) = served {
@@ -60,6 +61,7 @@ pub(super) fn reference_metrics(
             listener,
             limiter.metrics().clone(),
             mapper,
+            opts.admin.clone(),
             token.clone(),
         ));
     }
