@@ -528,3 +528,51 @@ fn envoy_gateways_generated_envoy_config_checks_against_its_rules() {
         "{out}"
     );
 }
+
+/// `check --xds-overlay`: Envoy Gateway's generated rules read as pushed,
+/// with an operator's shapes on them; an entry that meets no rule is a
+/// warning, and an overlay that would change the pushed number fails.
+#[test]
+fn an_overlay_over_envoy_gateways_rules_is_checked_and_shown() {
+    let rules = config_dir(&[(
+        "distinct.yaml",
+        &envoy_gateway_golden("distinct-match.yaml"),
+    )]);
+    let shapes = "domain: first-listener\ndescriptors:\n  - key: first-route\n    value: first-route\n    descriptors:\n      - key: rule-0-match-0\n        rate_limit: {algorithm: sliding_window, window: 10s, on_store_failure: deny}\n  - key: no-such-route\n    rate_limit: {algorithm: sliding_window}\n";
+    let overlay = config_dir(&[("shapes.yaml", shapes)]);
+    let run = |overlay: &Path| {
+        let out = Command::new(sluice_bin())
+            .args(["check", "--rules", "--xds-overlay"])
+            .arg(overlay)
+            .arg(rules.path())
+            .output()
+            .expect("check");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code(), text)
+    };
+    let (code, text) = run(overlay.path());
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("first-route_first-route.rule-0-match-0: window=10s requests_per_unit=5 algorithm=sliding_window"),
+        "{text}"
+    );
+    assert!(text.contains("on_store_failure=deny"), "{text}");
+    assert!(
+        text.contains("warning: --xds-overlay:") && text.contains("(no-such-route) meets no rule"),
+        "{text}"
+    );
+    let bad = config_dir(&[(
+        "shapes.yaml",
+        &shapes.replace(
+            "algorithm: sliding_window, window: 10s",
+            "requests_per_unit: 50",
+        ),
+    )]);
+    let (code, text) = run(bad.path());
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("requests_per_unit comes from the control plane"),
+        "{text}"
+    );
+}

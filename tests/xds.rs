@@ -178,3 +178,136 @@ async fn rules_come_over_mutual_tls() {
         "no rules without a client certificate"
     );
 }
+
+/// Two pushed rules of 2 a minute, both given a 4-second window by the
+/// overlay, one also a sliding window; each a key with any value, so each
+/// try of the boundary below has fresh counters.
+fn shaped_config() -> envoy_types::pb::ratelimit::config::ratelimit::v3::RateLimitConfig {
+    let mut c = config(2, 2);
+    let mut sliding = c.descriptors[0].clone();
+    c.descriptors[0].key = "fixed".into();
+    sliding.key = "sliding".into();
+    c.descriptors.push(sliding);
+    c
+}
+
+const SHAPES: &str = "domain: xds\ndescriptors:\n  - key: fixed\n    rate_limit: {window: 4s}\n  - key: sliding\n    rate_limit: {window: 4s, algorithm: sliding_window}\n";
+
+/// Admitted of two hits just before a 4 s boundary and two just after,
+/// on `key` with a fresh value; `None` when the machine was too slow to
+/// put the two before the boundary.
+async fn across_a_boundary(c: &mut Client, key: &str, value: &str) -> Option<usize> {
+    let ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+            % 4_000
+    };
+    while !(3_000..3_300).contains(&ms()) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut ok = 0;
+    for _ in 0..2 {
+        ok += usize::from(ask(c, "xds", &[(key, value)]).await.overall_code == OK);
+    }
+    if ms() < 3_000 {
+        return None;
+    }
+    while ms() >= 3_000 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for _ in 0..2 {
+        ok += usize::from(ask(c, "xds", &[(key, value)]).await.overall_code == OK);
+    }
+    Some(ok)
+}
+
+/// An operator gives pushed rules sluice's shapes through `--xds-overlay`:
+/// the control plane keeps the number, the overlay gives the window and the
+/// algorithm, and an edit of the overlay is taken as a rule file's is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overlay_gives_pushed_rules_a_sliding_window() {
+    let addr: SocketAddr = format!("127.0.0.1:{}", common::redis::free_port())
+        .parse()
+        .unwrap();
+    let ads = Ads::default();
+    ads.push("v1", &[shaped_config()]);
+    let _server = serve(ads.clone(), addr);
+    let overlay = config_dir(&[("shapes.yaml", SHAPES)]);
+    let overlay_dir = overlay.path().to_str().unwrap().to_owned();
+    let s = Sluice::start(
+        &[("unused.yaml", "domain: files\n")],
+        &[
+            "--config-xds",
+            &addr.to_string(),
+            "--xds-overlay",
+            &overlay_dir,
+        ],
+    );
+    assert!(eventually(Duration::from_secs(10), || version(&s) == "v1"));
+    let (_, rl) = s.get("/rlconfig");
+    assert!(
+        rl.contains("xds.sliding: window=4s requests_per_unit=2 algorithm=sliding_window"),
+        "{rl}"
+    );
+    assert!(
+        rl.contains("xds.fixed: window=4s requests_per_unit=2"),
+        "{rl}"
+    );
+    let mut c = s.client().await;
+    let mut tries = 0;
+    let (fixed, sliding) = loop {
+        tries += 1;
+        assert!(tries <= 5, "never two hits before a boundary");
+        let v = format!("try{tries}");
+        let Some(fixed) = across_a_boundary(&mut c, "fixed", &v).await else {
+            continue;
+        };
+        let Some(sliding) = across_a_boundary(&mut c, "sliding", &v).await else {
+            continue;
+        };
+        break (fixed, sliding);
+    };
+    assert_eq!(
+        fixed, 4,
+        "a fixed window admits 2 before its end and 2 after"
+    );
+    // The estimate (rounded down) weighs the 2 before as 1 in the new
+    // window's first half: one more fits, the second does not.
+    assert_eq!(sliding, 3, "the sliding window still weighs the 2 before");
+
+    // The overlay edited: the sliding rule becomes a token bucket, live.
+    std::fs::write(
+        overlay.path().join("shapes.yaml"),
+        SHAPES.replace(
+            "algorithm: sliding_window",
+            "algorithm: token_bucket, burst: 5",
+        ),
+    )
+    .unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || s
+            .get("/rlconfig")
+            .1
+            .contains("algorithm=token_bucket burst=5")),
+        "{}",
+        s.get("/rlconfig").1
+    );
+    // A broken overlay changes nothing and says why.
+    std::fs::write(
+        overlay.path().join("shapes.yaml"),
+        "domain: xds\ndescriptors:\n  - key: fixed\n    rate_limit: {requests_per_unit: 100}\n",
+    )
+    .unwrap();
+    assert!(eventually(Duration::from_secs(10), || s.readyz()["config"]
+        ["last_error"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("requests_per_unit comes from the control plane")));
+    assert!(
+        s.get("/rlconfig")
+            .1
+            .contains("algorithm=token_bucket burst=5")
+    );
+}

@@ -13,12 +13,8 @@ use crate::health_probe;
 use crate::rule_stats::Detached;
 
 pub fn check(args: &CheckArgs) -> Result<ExitCode, AppError> {
-    let rules = match load_dir(&args.dir, args.config_args.load_options(), &Detached) {
-        Ok(rules) => rules,
-        Err(e) => {
-            eprintln!("{e}");
-            return Ok(ExitCode::FAILURE);
-        }
+    let Some(rules) = check_load(args) else {
+        return Ok(ExitCode::FAILURE);
     };
     if !args.envoy.is_empty() {
         return Ok(check_envoy(&rules, args));
@@ -40,6 +36,24 @@ pub fn check(args: &CheckArgs) -> Result<ExitCode, AppError> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The directory's rules, shaped by `--xds-overlay` when given (its
+/// warnings printed); `None` when they do not load (the errors printed).
+fn check_load(args: &CheckArgs) -> Option<crate::config::Rules> {
+    let opts = args.config_args.load_options();
+    let loaded = match &args.xds_overlay {
+        None => load_dir(&args.dir, opts, &Detached),
+        Some(dir) => crate::config::Overlay::load(dir, opts.max_files)
+            .and_then(|o| crate::config::load_dir_shaped(&args.dir, opts, &Detached, &o))
+            .map(|(rules, warnings)| {
+                for w in warnings {
+                    eprintln!("warning: --xds-overlay: {w}");
+                }
+                rules
+            }),
+    };
+    loaded.inspect_err(|e| eprintln!("{e}")).ok()
 }
 
 /// `check --envoy`: 1 on errors, 0 with warnings only, 2 when a file

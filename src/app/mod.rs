@@ -128,11 +128,20 @@ fn load_rules(args: &ServeArgs, metrics: &Arc<Metrics>) -> Option<Arc<LiveRules>
         ..args.config_args.load_options()
     };
     match &args.config_xds {
-        Some(server) => Some(Arc::new(LiveRules::for_xds(
-            server,
-            options,
-            metrics.clone(),
-        ))),
+        Some(server) => {
+            match LiveRules::for_xds(
+                server,
+                args.xds_overlay.as_deref(),
+                options,
+                metrics.clone(),
+            ) {
+                Ok(rules) => Some(Arc::new(rules)),
+                Err(e) => {
+                    eprintln!("--xds-overlay: {e}");
+                    None
+                }
+            }
+        }
         None => match LiveRules::load(&args.config, options, metrics.clone()) {
             Ok(rules) => Some(Arc::new(rules)),
             Err(e) => {

@@ -183,6 +183,11 @@ pub struct CheckArgs {
     /// With --envoy: the report as JSON, for CI.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Read the directory as rules a control plane pushes, shaped by this
+    /// --xds-overlay directory: the overlay is checked, applied, and each of
+    /// its entries that meets no rule is printed as a warning.
+    #[arg(long)]
+    pub(crate) xds_overlay: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) config_args: ConfigArgs,
 }

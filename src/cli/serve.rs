@@ -116,6 +116,12 @@ pub struct ServeArgs {
     /// the world) instead of --config: the reference's CONFIG_TYPE=GRPC_XDS_SOTW.
     #[arg(long, env = "SLUICE_CONFIG_XDS")]
     pub(crate) config_xds: Option<String>,
+    /// Shapes for the rules --config-xds brings: a directory of files written
+    /// as rule files whose rate_limit blocks give only window, algorithm,
+    /// burst, overdraft, on_store_failure, refundable and leased_allowance,
+    /// found by domain and descriptor path; reloaded as rule files are.
+    #[arg(long, env = "SLUICE_XDS_OVERLAY", requires = "config_xds")]
+    pub(crate) xds_overlay: Option<PathBuf>,
     /// The node id sluice gives the xDS server (CONFIG_GRPC_XDS_NODE_ID).
     #[arg(long, env = "SLUICE_XDS_NODE_ID", default_value = "default")]
     pub(crate) xds_node_id: String,

@@ -8,9 +8,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
-use tracing::{debug, error, info};
+use tracing::{debug, error, info, warn};
 
-use super::{LoadError, LoadOptions, Rules, load_dir, stat_fingerprint};
+use super::{
+    DomainFile, LoadError, LoadOptions, Overlay, Parsed, Rules, compile_files, load_dir,
+    stat_fingerprint,
+};
 use crate::rule_stats::RuleCounters;
 
 /// Who hears how the rules load (the metrics, watching from the side): it
@@ -77,6 +80,13 @@ pub struct LiveRules {
     xds: Option<String>,
     /// The xDS version of the rules in force.
     version: Mutex<Option<String>>,
+    /// The last xDS push as the control plane sent it, before any overlay,
+    /// and its fingerprint: an overlay reload compiles it again.
+    pushed: Mutex<Option<Parsed>>,
+    /// `--xds-overlay`'s shapes (read from `dir`), and the warnings its last
+    /// application gave (logged when they change).
+    overlay: Mutex<Option<Arc<Overlay>>>,
+    overlay_warnings: Mutex<Vec<String>>,
     opts: LoadOptions,
     observer: Arc<dyn RulesObserver>,
 }
@@ -103,6 +113,9 @@ impl LiveRules {
             dir: dir.to_path_buf(),
             xds: None,
             version: Mutex::new(None),
+            pushed: Mutex::new(None),
+            overlay: Mutex::new(None),
+            overlay_warnings: Mutex::new(Vec::new()),
             opts,
             observer,
         })
@@ -110,19 +123,33 @@ impl LiveRules {
 
     /// Rules that will come from the xDS server `server`: none until its
     /// first good response (every domain is unknown, so everything is OK).
-    pub fn for_xds(server: &str, opts: LoadOptions, observer: Arc<dyn RulesObserver>) -> LiveRules {
-        LiveRules {
+    /// With `overlay`, the shapes in that directory are read now (an error
+    /// means sluice must not start) and again on every reload.
+    pub fn for_xds(
+        server: &str,
+        overlay: Option<&Path>,
+        opts: LoadOptions,
+        observer: Arc<dyn RulesObserver>,
+    ) -> Result<LiveRules, LoadError> {
+        let shapes = overlay
+            .map(|dir| Overlay::load(dir, opts.max_files))
+            .transpose()?;
+        let dir = overlay.map(Path::to_path_buf).unwrap_or_default();
+        Ok(LiveRules {
             current: ArcSwap::from_pointee(Loaded::default()),
-            stat_seen: AtomicU64::new(0),
+            stat_seen: AtomicU64::new(stat_fingerprint(&dir, opts.max_files)),
             last_error: Mutex::new(Some("waiting for the first xDS response".into())),
             reload_lock: Mutex::new(None),
             started: AtomicU64::new(0),
-            dir: PathBuf::new(),
+            dir,
             xds: Some(server.to_owned()),
             version: Mutex::new(None),
+            pushed: Mutex::new(None),
+            overlay: Mutex::new(shapes.map(Arc::new)),
+            overlay_warnings: Mutex::new(Vec::new()),
             opts,
             observer,
-        }
+        })
     }
 
     /// Records that the xDS stream failed (shown in `/readyz` until the next
@@ -138,14 +165,20 @@ impl LiveRules {
         self.xds.as_deref()
     }
 
-    /// Installs rules that came over xDS with `version`; on an error the
+    /// Installs rules that came over xDS with `version` (the configs as
+    /// pushed and their fingerprint), shaped by the overlay; on an error the
     /// rules in force stay, as for a file reload.
     pub fn apply_xds(
         &self,
-        result: Result<Rules, LoadError>,
+        pushed: Result<Parsed, LoadError>,
         version: &str,
     ) -> Result<Reload, LoadError> {
         let _serial = self.reload_lock.lock();
+        let result = pushed.and_then(|(files, hash)| {
+            let rules = self.compile_pushed(files.clone(), hash);
+            *self.pushed.lock() = Some((files, hash));
+            rules
+        });
         let outcome = self.install(result, "xDS");
         if outcome.is_ok() {
             *self.version.lock() = Some(version.to_owned());
@@ -187,10 +220,7 @@ impl LiveRules {
     /// Blocking (file I/O): call it from a blocking thread. `cause` is for the log.
     pub fn reload(&self, cause: &str) -> Result<Reload, LoadError> {
         if self.xds.is_some() {
-            // Nothing to read: xDS pushes.
-            return Ok(Reload::Unchanged {
-                generation: self.current.load().generation,
-            });
+            return self.reload_overlay(cause);
         }
         let arrived = self.started.load(Ordering::Acquire);
         let mut last = self.reload_lock.lock();
@@ -213,6 +243,52 @@ impl LiveRules {
             Ordering::Relaxed,
         );
         self.install(load_dir(&self.dir, self.opts, &*self.observer), cause)
+    }
+
+    /// Under xDS the only thing to read is the overlay: read it again and
+    /// shape the last push with it.
+    fn reload_overlay(&self, cause: &str) -> Result<Reload, LoadError> {
+        let unchanged = || Reload::Unchanged {
+            generation: self.current.load().generation,
+        };
+        if self.dir.as_os_str().is_empty() {
+            return Ok(unchanged());
+        }
+        let _serial = self.reload_lock.lock();
+        let stat = stat_fingerprint(&self.dir, self.opts.max_files);
+        self.stat_seen.store(stat, Ordering::Relaxed);
+        let overlay = match Overlay::load(&self.dir, self.opts.max_files) {
+            Ok(o) => Arc::new(o),
+            Err(e) => return self.install(Err(e), cause),
+        };
+        *self.overlay.lock() = Some(overlay);
+        let pushed = self.pushed.lock().clone();
+        match pushed {
+            Some((files, hash)) => self.install(self.compile_pushed(files, hash), cause),
+            None => Ok(unchanged()),
+        }
+    }
+
+    /// The pushed configs with the overlay's shapes, compiled.
+    fn compile_pushed(
+        &self,
+        mut files: Vec<(PathBuf, DomainFile)>,
+        hash: u64,
+    ) -> Result<Rules, LoadError> {
+        let overlay = self.overlay.lock().clone();
+        let Some(overlay) = overlay else {
+            return compile_files(files, self.opts, &*self.observer, hash);
+        };
+        let warnings = overlay.apply(&mut files)?;
+        let mut seen = self.overlay_warnings.lock();
+        if *seen != warnings {
+            for w in &warnings {
+                warn!("--xds-overlay: {w}");
+            }
+            *seen = warnings;
+        }
+        let fingerprint = hash.rotate_left(1) ^ overlay.fingerprint();
+        compile_files(files, self.opts, &*self.observer, fingerprint)
     }
 
     /// Swaps in `result`'s rules, or keeps the rules in force and records the
@@ -278,48 +354,5 @@ impl LiveRules {
     }
 }
 
-/// `api 7 rules (was 6), +shop 2 rules, -old`: domains added, removed, or whose
-/// rule count changed; "rules edited" when only the rules' contents did.
-fn describe_changes(before: &[(String, usize)], after: &[(String, usize)]) -> String {
-    let mut parts = Vec::new();
-    for (d, n) in after {
-        match before.iter().find(|(b, _)| b == d) {
-            None => parts.push(format!("+{d} {n} rules")),
-            Some((_, was)) if was != n => parts.push(format!("{d} {n} rules (was {was})")),
-            Some(_) => {}
-        }
-    }
-    for (d, _) in before {
-        if !after.iter().any(|(a, _)| a == d) {
-            parts.push(format!("-{d}"));
-        }
-    }
-    if parts.is_empty() {
-        let all: Vec<String> = after
-            .iter()
-            .map(|(d, n)| format!("{d} {n} rules"))
-            .collect();
-        format!("rules edited; {}", all.join(", "))
-    } else {
-        parts.join(", ")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn changes_name_added_removed_and_resized_domains() {
-        let before = [("api".to_owned(), 6), ("old".to_owned(), 1)];
-        let after = [("api".to_owned(), 7), ("shop".to_owned(), 2)];
-        assert_eq!(
-            describe_changes(&before, &after),
-            "api 7 rules (was 6), +shop 2 rules, -old"
-        );
-        assert_eq!(
-            describe_changes(&after, &after),
-            "rules edited; api 7 rules, shop 2 rules"
-        );
-    }
-}
+mod changes;
+use changes::describe_changes;

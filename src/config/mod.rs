@@ -9,6 +9,7 @@ mod explain;
 mod live;
 mod matcher;
 mod model;
+mod overlay;
 mod walk;
 pub mod watch;
 pub mod xds;
@@ -26,6 +27,7 @@ pub use matcher::{Domain, Match, Rule};
 pub use model::{
     DescriptorDef, DomainFile, LimitDef, Origin, RateLimitDef, parse_documents, parse_file,
 };
+pub use overlay::Overlay;
 
 use crate::limiter::{Algorithm, Period};
 use crate::rule_stats::RuleCounters;
@@ -110,7 +112,12 @@ impl Rules {
             .values()
             .flat_map(|d| d.rules())
             .map(|r| {
-                let limit = describe_limit(&r.limit);
+                let mut limit = describe_limit(&r.limit);
+                // A rule's own failure policy, written only when it has one
+                // so the reference's lines stay the reference's.
+                if let Some(policy) = r.on_failure {
+                    limit.push_str(&format!(" on_store_failure={}", policy.name()));
+                }
                 format!(
                     "{}.{}: {limit}, shadow_mode: {}, quota_mode: {}",
                     r.domain, r.label, r.shadow_mode, r.quota_mode
@@ -165,6 +172,25 @@ pub fn load_dir(
     opts: LoadOptions,
     counters: &dyn RuleCounters,
 ) -> Result<Rules, LoadError> {
+    load_texts(read_dir(dir, opts)?, opts, counters)
+}
+
+/// Loads `dir` as rules pushed over xDS with `overlay`'s shapes on them:
+/// what `sluice check --xds-overlay` checks. Also returns the overlay's
+/// warnings (entries that meet no rule).
+pub fn load_dir_shaped(
+    dir: &Path,
+    opts: LoadOptions,
+    counters: &dyn RuleCounters,
+    overlay: &Overlay,
+) -> Result<(Rules, Vec<String>), LoadError> {
+    let (mut files, hash) = parse_texts(read_dir(dir, opts)?)?;
+    let warnings = overlay.apply(&mut files)?;
+    Ok((compile_files(files, opts, counters, hash)?, warnings))
+}
+
+/// The text of every rule file under `dir`.
+fn read_dir(dir: &Path, opts: LoadOptions) -> Result<Vec<(PathBuf, String)>, LoadError> {
     let walk::Found { files, mut errors } = walk::find(dir, opts.max_files)?;
     if files.is_empty() && errors.is_empty() {
         return Err(LoadError::Empty(dir.to_path_buf()));
@@ -181,10 +207,11 @@ pub fn load_dir(
             }),
         }
     }
-    if !errors.is_empty() {
-        return Err(LoadError::Invalid(errors));
+    if errors.is_empty() {
+        Ok(texts)
+    } else {
+        Err(LoadError::Invalid(errors))
     }
-    load_texts(texts, opts, counters)
 }
 
 /// Validates and compiles rule files already read: `(path, text)` in the
@@ -195,6 +222,16 @@ pub fn load_texts(
     opts: LoadOptions,
     counters: &dyn RuleCounters,
 ) -> Result<Rules, LoadError> {
+    let (parsed, hash) = parse_texts(texts)?;
+    compile_files(parsed, opts, counters, hash)
+}
+
+/// Parsed rule files (or pushed configs), each with the file it came from,
+/// and a fingerprint of their content.
+pub type Parsed = (Vec<(PathBuf, DomainFile)>, u64);
+
+/// Every document of every file in the model, with a fingerprint of the texts.
+fn parse_texts(texts: Vec<(PathBuf, String)>) -> Result<Parsed, LoadError> {
     let mut parsed = Vec::with_capacity(texts.len());
     let mut errors = Vec::new();
     let mut hasher = DefaultHasher::new();
@@ -205,10 +242,11 @@ pub fn load_texts(
             Err(mut e) => errors.append(&mut e),
         }
     }
-    if !errors.is_empty() {
-        return Err(LoadError::Invalid(errors));
+    if errors.is_empty() {
+        Ok((parsed, hasher.finish()))
+    } else {
+        Err(LoadError::Invalid(errors))
     }
-    compile_files(parsed, opts, counters, hasher.finish())
 }
 
 /// Compiles parsed domain files (from YAML or xDS) into rules;

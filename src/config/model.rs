@@ -13,12 +13,14 @@ mod documents;
 mod keys;
 mod limits;
 mod metadata;
+mod shape;
 use super::yaml::{self, Node, Value, position};
 use crate::limiter::{Algorithm, Period};
 use crate::store::FailurePolicy;
 pub use documents::{parse_documents, parse_file};
 pub use keys::VALID_KEYS;
 use metadata::to_pb;
+pub(crate) use shape::{check_shape, shaped};
 
 /// One file: a domain and its descriptor tree.
 #[derive(Debug, Clone, PartialEq)]

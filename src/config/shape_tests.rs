@@ -160,7 +160,7 @@ fn several_limits_and_a_failure_policy_per_rule() {
         "{dump}"
     );
     assert!(
-        dump.contains("d.api_key:daily: unit=DAY requests_per_unit=10000,"),
+        dump.contains("d.api_key:daily: unit=DAY requests_per_unit=10000 on_store_failure=deny,"),
         "{dump}"
     );
     let m = r.domain("d").unwrap().find(&[("api_key", "x")]).unwrap();

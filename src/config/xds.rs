@@ -28,7 +28,7 @@ mod convert;
 
 use convert::domain_file;
 
-use super::{ConfigError, LiveRules, LoadError, compile_files};
+use super::{ConfigError, LiveRules, LoadError};
 
 /// The resource type sluice subscribes to.
 pub const TYPE_URL: &str = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig";
@@ -247,8 +247,7 @@ fn answer(
     applied: &mut String,
     node: &XdsNode,
 ) -> DiscoveryRequest {
-    let result = compile(resp, rules);
-    let error_detail = match rules.apply_xds(result, &resp.version_info) {
+    let error_detail = match rules.apply_xds(decode(resp), &resp.version_info) {
         Ok(_) => {
             applied.clone_from(&resp.version_info);
             None
@@ -272,8 +271,8 @@ fn answer(
     }
 }
 
-/// The response's resources as rules.
-fn compile(resp: &DiscoveryResponse, rules: &LiveRules) -> Result<super::Rules, LoadError> {
+/// The response's resources as the model of rule files, with their fingerprint.
+fn decode(resp: &DiscoveryResponse) -> Result<super::Parsed, LoadError> {
     let mut hasher = DefaultHasher::new();
     let mut files = Vec::new();
     let mut errors = Vec::new();
@@ -303,7 +302,7 @@ fn compile(resp: &DiscoveryResponse, rules: &LiveRules) -> Result<super::Rules, 
     if !errors.is_empty() {
         return Err(LoadError::Invalid(errors));
     }
-    compile_files(files, rules.options(), rules.observer(), hasher.finish())
+    Ok((files, hasher.finish()))
 }
 
 fn error(field: &str, message: String) -> ConfigError {

@@ -37,7 +37,8 @@ pub(super) fn spawn(
     if let Some(prober) = limiter.store().clone().background(token.clone()) {
         tasks.spawn(prober);
     }
-    let watch_files = opts.watch_config && opts.xds.is_none();
+    // Under xDS the files watched are --xds-overlay's, when it is given.
+    let watch_files = opts.watch_config && !limiter.rules().dir().as_os_str().is_empty();
     tasks.spawn(watch::Watch::start(limiter.rules().clone(), watch_files).run(token.clone()));
     if let Some(cfg) = opts.xds.clone() {
         tasks.spawn(xds::run(cfg, limiter.rules().clone(), token.clone()));
