@@ -186,6 +186,9 @@ impl Console {
                 "source": if rules.xds_server().is_some() { "xds" } else { "files" },
                 "location": rules.xds_server().map_or_else(|| rules.dir().display().to_string(), str::to_owned),
                 "version": config.version,
+                // `--xds-overlay`: where pushed rules get their shapes.
+                "overlay": (rules.xds_server().is_some() && !rules.dir().as_os_str().is_empty())
+                    .then(|| rules.dir().display().to_string()),
                 "generation": config.generation,
                 "loaded_at": st.loaded_at,
                 "last_error": config.last_error,

@@ -114,6 +114,7 @@ function draw(doc) {
   const rows = [["source", c.source], ["from", c.location], ["generation", c.generation],
     ["loaded at", c.loaded_at ? clock(c.loaded_at) : "?"]];
   if (c.version) rows.push(["xDS version", c.version]);
+  if (c.overlay) rows.push(["shapes from", c.overlay]);
   dl.replaceChildren(...rows.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
   const err = document.getElementById("config-error");
   err.hidden = !c.last_error;
