@@ -673,3 +673,81 @@ async fn a_cluster_master_failover_is_ridden_out_and_counting_resumes() {
         .sum();
     assert!(stored > 0, "counters live in the cluster again");
 }
+
+/// `date -u` with `args`, as seconds since the epoch.
+fn utc(args: &str) -> u64 {
+    let out = std::process::Command::new("sh")
+        .args(["-c", &format!("date -u {args} +%s")])
+        .output()
+        .expect("date");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("seconds")
+}
+
+/// `--calendar-months` (the reference's `USE_CALENDAR_MONTH_RATE_LIMIT`):
+/// under the reference's key format, a month's key carries the first
+/// second of the UTC calendar month and expires at its end, and Envoy is
+/// told the reset is at the next 1st. Without it, a month is 30 days from
+/// the epoch, as the reference's default.
+#[tokio::test]
+async fn calendar_months_key_and_expire_as_the_references() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let rules = "domain: bill\ndescriptors:\n  - key: plan\n    rate_limit: {unit: month, requests_per_unit: 3}\n";
+    let base = [
+        "--redis-url",
+        url.as_str(),
+        "--key-format",
+        "envoyproxy",
+        "--redis-timeout",
+        "2s",
+    ];
+    let month = utc("-d \"$(date -u +%Y-%m-01)\"");
+    let next = utc("-d \"$(date -u +%Y-%m-01) +1 month\"");
+    for calendar in [true, false] {
+        let mut args = base.to_vec();
+        if calendar {
+            args.push("--calendar-months");
+        }
+        let s = Sluice::start(&[("bill.yaml", rules)], &args);
+        wait_ready(&s);
+        let mut c = s.client().await;
+        let value = if calendar { "cal" } else { "thirty" };
+        let r = ask(&mut c, "bill", &[("plan", value)]).await;
+        let now = utc("");
+        let (start, end) = if calendar {
+            (month, next)
+        } else {
+            (
+                now / 2_592_000 * 2_592_000,
+                now / 2_592_000 * 2_592_000 + 2_592_000,
+            )
+        };
+        let key = format!("bill_plan_{value}_{start}");
+        assert_eq!(
+            redis.cli(&["get", &key]).trim(),
+            "1",
+            "{:?}",
+            redis.counter_keys()
+        );
+        let ttl: u64 = redis.cli(&["ttl", &key]).trim().parse().expect("ttl");
+        assert!(
+            (end - now).saturating_sub(2) <= ttl && ttl <= end - now + 6,
+            "calendar={calendar}: expires in {ttl}s, the window ends in {}s",
+            end - now
+        );
+        let reset = r.statuses[0]
+            .duration_until_reset
+            .as_ref()
+            .expect("reset")
+            .seconds;
+        let reset = u64::try_from(reset).expect("positive");
+        assert!(
+            (end - now).saturating_sub(2) <= reset && reset <= end - now + 1,
+            "calendar={calendar}: reset in {reset}s, the window ends in {}s",
+            end - now
+        );
+    }
+}

@@ -26,6 +26,11 @@ pub struct ConfigArgs {
     /// Rule files one load may read; more is a load error.
     #[arg(long, env = "SLUICE_MAX_RULE_FILES", default_value_t = LoadOptions::default().max_files)]
     pub(crate) max_rule_files: usize,
+    /// `unit: month` fixed windows are UTC calendar months (from the 1st to
+    /// the next 1st; keys and expiry as the reference's
+    /// USE_CALENDAR_MONTH_RATE_LIMIT), not 30 days from the epoch.
+    #[arg(long, env = "SLUICE_CALENDAR_MONTHS")]
+    pub(crate) calendar_months: bool,
 }
 
 /// Quota mode (Envoy's rate_limit_quota filter) on the gRPC listener.
@@ -313,6 +318,7 @@ impl ConfigArgs {
             merge_domains: self.merge_domains,
             max_files: self.max_rule_files,
             leases: true,
+            calendar_months: self.calendar_months,
         }
     }
 }

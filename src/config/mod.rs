@@ -44,6 +44,9 @@ pub struct LoadOptions {
     /// The store can hold leases (`algorithm: concurrency`): every store
     /// but memcached.
     pub leases: bool,
+    /// `unit: month` fixed windows are UTC calendar months
+    /// (`--calendar-months`), not 30 days from the epoch.
+    pub calendar_months: bool,
 }
 
 impl Default for LoadOptions {
@@ -52,6 +55,7 @@ impl Default for LoadOptions {
             merge_domains: false,
             max_files: 1000,
             leases: true,
+            calendar_months: false,
         }
     }
 }
@@ -139,6 +143,12 @@ pub fn describe_limit(limit: &LimitDef) -> String {
             requests_per_unit,
             algorithm: Algorithm::FixedWindow,
         } => format!("unit={unit} requests_per_unit={requests_per_unit}"),
+        // The reference's words for its calendar months too.
+        LimitDef::Limited {
+            period: Period::CalendarMonth,
+            requests_per_unit,
+            algorithm: Algorithm::FixedWindow,
+        } => format!("unit=MONTH requests_per_unit={requests_per_unit}"),
         LimitDef::Limited {
             period,
             requests_per_unit,
@@ -153,6 +163,7 @@ fn shaped(period: Period, requests_per_unit: u32, algorithm: Algorithm) -> Strin
     let window = match period {
         Period::Unit(u) => format!("unit={u}"),
         Period::Seconds(n) => format!("window={n}s"),
+        Period::CalendarMonth => "unit=MONTH calendar".to_owned(),
     };
     let burst = match algorithm {
         Algorithm::TokenBucket { burst, .. } => format!(" burst={burst}"),
@@ -260,12 +271,37 @@ pub(crate) fn compile_files(
     if !opts.leases {
         no_leases(&parsed)?;
     }
+    let mut parsed = parsed;
+    if opts.calendar_months {
+        for (_, df) in &mut parsed {
+            calendar_months(&mut df.descriptors);
+        }
+    }
     let domains =
         matcher::compile(parsed, opts.merge_domains, counters).map_err(LoadError::Invalid)?;
     Ok(Rules {
         domains,
         fingerprint,
     })
+}
+
+/// `--calendar-months`: every fixed window of `unit: month` becomes a UTC
+/// calendar month, as the reference's `USE_CALENDAR_MONTH_RATE_LIMIT` makes
+/// it (other shapes keep 30 days: the reference has no others).
+fn calendar_months(defs: &mut [DescriptorDef]) {
+    for d in defs {
+        for r in d.rate_limit.iter_mut().chain(d.rate_limits.iter_mut()) {
+            if let LimitDef::Limited {
+                period: period @ Period::Unit(crate::limiter::Unit::Month),
+                algorithm: Algorithm::FixedWindow,
+                ..
+            } = &mut r.limit
+            {
+                *period = Period::CalendarMonth;
+            }
+        }
+        calendar_months(&mut d.descriptors);
+    }
 }
 
 /// Refuses concurrency rules on a store that cannot hold their leases.

@@ -26,7 +26,7 @@ use history::{Journal, Rates};
 
 use crate::config::{LimitDef, Rule};
 use crate::key::CounterKey;
-use crate::limiter::Now;
+use crate::limiter::{Now, Period};
 use crate::service::{OverLimitWatch, RateLimiter};
 use top::WINDOW_SECONDS as TOP_KEYS_WINDOW_SECONDS;
 
@@ -233,6 +233,13 @@ fn rule_view(rates: &Rates, r: &Rule) -> Value {
 fn describe(limit: &LimitDef) -> (String, &'static str) {
     match limit {
         LimitDef::Unlimited => ("unlimited".to_owned(), ""),
+        LimitDef::Limited {
+            requests_per_unit,
+            period,
+            algorithm,
+        } if *period == Period::CalendarMonth => {
+            (format!("{requests_per_unit}/{period}"), "calendar month")
+        }
         LimitDef::Limited {
             requests_per_unit,
             period,

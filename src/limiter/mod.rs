@@ -2,6 +2,7 @@
 //! mode, and the `Retry-After` of a response. Pure and synchronous: the store
 //! has already counted, and this module only reads the numbers.
 
+mod calendar;
 mod refill;
 mod shape;
 mod window;

@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use super::calendar;
+
 /// The length of a limit's window. Months are 30 days and years 365 days, and
 /// weeks start on Thursday, because the windows are epoch-aligned buckets as in
 /// envoyproxy/ratelimit (not calendar periods).
@@ -93,6 +95,9 @@ impl fmt::Display for Unit {
 pub enum Period {
     Unit(Unit),
     Seconds(u32),
+    /// A UTC calendar month (`--calendar-months`): a fixed window from the
+    /// 1st to the next 1st, 28 to 31 days.
+    CalendarMonth,
 }
 
 /// The longest `window:` accepted: 366 days.
@@ -103,6 +108,8 @@ impl Period {
         match self {
             Period::Unit(u) => u.seconds(),
             Period::Seconds(n) => u64::from(n),
+            // Nominal: windows of calendar months are worked out by date.
+            Period::CalendarMonth => Unit::Month.seconds(),
         }
     }
 
@@ -112,6 +119,7 @@ impl Period {
     pub fn reported_unit(self) -> Unit {
         match self {
             Period::Unit(u) => u,
+            Period::CalendarMonth => Unit::Month,
             Period::Seconds(n) => Unit::ALL
                 .into_iter()
                 .rev()
@@ -126,7 +134,7 @@ impl Period {
     /// `20 per minute`.
     pub fn reported_limit(self, limit: u32) -> u32 {
         match self {
-            Period::Unit(_) => limit,
+            Period::Unit(_) | Period::CalendarMonth => limit,
             Period::Seconds(n) => {
                 let unit = self.reported_unit().seconds();
                 let scaled = u64::from(limit) * unit / u64::from(n.max(1));
@@ -148,6 +156,7 @@ impl fmt::Display for Period {
         match self {
             Period::Unit(u) => f.write_str(u.name()),
             Period::Seconds(n) => write!(f, "{n}S"),
+            Period::CalendarMonth => f.write_str(Unit::Month.name()),
         }
     }
 }
@@ -197,6 +206,12 @@ impl Window {
     /// The window of `period` that contains `now`.
     pub fn containing(period: impl Into<Period>, now: Now) -> Window {
         let period = period.into();
+        if period == Period::CalendarMonth {
+            return Window {
+                period,
+                start: WindowStart(calendar::month_start(now.0)),
+            };
+        }
         let len = period.seconds().max(1);
         Window {
             period,
@@ -206,15 +221,22 @@ impl Window {
 
     /// The window just before this one.
     pub fn previous(&self) -> Window {
+        let start = match self.period {
+            Period::CalendarMonth => calendar::previous_month(self.start.0),
+            p => self.start.0.saturating_sub(p.seconds()),
+        };
         Window {
             period: self.period,
-            start: WindowStart(self.start.0.saturating_sub(self.period.seconds())),
+            start: WindowStart(start),
         }
     }
 
     /// The first second after the window.
     pub fn end(&self) -> u64 {
-        self.start.0 + self.period.seconds()
+        match self.period {
+            Period::CalendarMonth => calendar::next_month(self.start.0),
+            p => self.start.0 + p.seconds(),
+        }
     }
 
     /// Whole seconds until the window ends; at least 1, and the full unit at a

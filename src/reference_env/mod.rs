@@ -353,6 +353,7 @@ fn behaviour(env: &Env, t: &mut Translation) -> Result<(), EnvError> {
             "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
             "healthcheck-needs-store",
         ),
+        ("USE_CALENDAR_MONTH_RATE_LIMIT", "calendar-months"),
     ] {
         if env.flag(var, false)? {
             t.switch(flag);

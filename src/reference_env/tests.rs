@@ -79,6 +79,19 @@ fn envoy_gateway_deployment_becomes_sluice_flags() {
 }
 
 #[test]
+fn calendar_months_are_a_switch() {
+    let on = translate(env(&[("USE_CALENDAR_MONTH_RATE_LIMIT", "true")])).expect("translates");
+    assert!(
+        on.args.iter().any(|a| a == "--calendar-months"),
+        "{:?}",
+        on.args
+    );
+    let off = translate(env(&[("USE_CALENDAR_MONTH_RATE_LIMIT", "false")])).expect("translates");
+    assert!(!off.args.iter().any(|a| a == "--calendar-months"));
+    assert!(translate(env(&[("USE_CALENDAR_MONTH_RATE_LIMIT", "maybe")])).is_err());
+}
+
+#[test]
 fn an_empty_environment_has_the_reference_defaults() {
     let t = translate(Vec::new()).expect("translates");
     assert_eq!(

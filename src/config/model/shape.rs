@@ -106,6 +106,7 @@ pub(crate) fn shaped(
     if !windowed {
         let unit = match period {
             Period::Unit(u) => u.name().to_owned(),
+            Period::CalendarMonth => Unit::Month.name().to_owned(),
             Period::Seconds(n) => return Err(vec![seconds_pushed(file, path, n)]),
         };
         entries.push(synthetic("unit", Value::Str(unit)));
