@@ -110,6 +110,18 @@ impl RedisServer {
     /// `ca.pem` in its directory) and knows the ACL user `app` with password
     /// `pw`.
     pub fn start_tls() -> RedisServer {
+        RedisServer::start_tls_with(
+            &[
+                "--user", "app", "on", ">pw", "~*", "&*", "+@all", "--user", "default", "off",
+            ],
+            &["--user", "app", "--pass", "pw"],
+        )
+    }
+
+    /// A server that speaks only TLS (as [`RedisServer::start_tls`]), its
+    /// users set by `acl` (`--requirepass ...`, `--user ...`) and pinged with
+    /// `auth` (redis-cli's `--user`/`--pass`).
+    pub fn start_tls_with(acl: &[&str], auth: &[&str]) -> RedisServer {
         let port = free_port();
         let dir = tempfile::tempdir().expect("tempdir");
         // A CA and a server certificate it signs (SAN 127.0.0.1), so a
@@ -125,7 +137,7 @@ impl RedisServer {
                 "--port",
                 "0",
                 "--tls-port",
-                &p,
+                p.as_str(),
                 "--tls-cert-file",
                 "cert.pem",
                 "--tls-key-file",
@@ -134,17 +146,10 @@ impl RedisServer {
                 "cert.pem",
                 "--tls-auth-clients",
                 "no",
-                "--user",
-                "app",
-                "on",
-                ">pw",
-                "~*",
-                "&*",
-                "+@all",
-                "--user",
-                "default",
-                "off",
-            ],
+            ]
+            .into_iter()
+            .chain(acl.iter().copied())
+            .collect::<Vec<_>>(),
         );
         let r = RedisServer {
             child: Some(child),
@@ -154,18 +159,9 @@ impl RedisServer {
         };
         let ping = || {
             Command::new("redis-cli")
-                .args([
-                    "--tls",
-                    "--insecure",
-                    "-p",
-                    &p,
-                    "--user",
-                    "app",
-                    "--pass",
-                    "pw",
-                    "--no-auth-warning",
-                    "ping",
-                ])
+                .args(["--tls", "--insecure", "-p", &p, "--no-auth-warning"])
+                .args(auth)
+                .arg("ping")
                 .output()
                 .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("PONG"))
         };
