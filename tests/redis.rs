@@ -751,3 +751,38 @@ async fn calendar_months_key_and_expire_as_the_references() {
         );
     }
 }
+
+/// A freshly started instance asks the store it has not dialled yet rather
+/// than deciding by the failure policy: its first request on a counter the
+/// store holds at its limit is refused. Before, the first requests after a
+/// start (an instance restarted in a fleet) were decided by the fallback's
+/// empty memory and admitted past the fleet's count.
+#[tokio::test]
+async fn a_started_instance_counts_in_the_store_from_its_first_request() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let rules = "domain: fleet\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 3}\n";
+    let minute = utc("") / 60 * 60;
+    for w in [minute, minute + 60] {
+        redis.cli(&["set", &format!("fleet_user_spent_{w}"), "3", "EX", "200"]);
+    }
+    for _ in 0..3 {
+        let s = Sluice::start(
+            &[("fleet.yaml", rules)],
+            &[
+                "--redis-url",
+                &url,
+                "--key-format",
+                "envoyproxy",
+                "--redis-timeout",
+                "2s",
+            ],
+        );
+        let mut c = s.client().await;
+        let first = ask(&mut c, "fleet", &[("user", "spent")]).await;
+        assert_eq!(
+            first.overall_code, OVER,
+            "the store's count decides the first request"
+        );
+    }
+}

@@ -4,7 +4,10 @@
 //! and the local over-limit cache in front of it all.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool,
+    Ordering::{Acquire, Relaxed},
+};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -77,6 +80,12 @@ pub struct Resilient {
     faulty: AtomicBool,
     /// Set when the store first answers.
     reached: AtomicBool,
+    /// Set when the first connection attempt has ended, either way; until
+    /// then a request waits for it (within its store wait) rather than
+    /// being decided by the policy while the store is merely not yet
+    /// dialled, and `settle` wakes the waiters.
+    settled: AtomicBool,
+    settle: Notify,
     breaker: Mutex<Breaker>,
     down: Mutex<Down>,
     wake: Notify,
@@ -121,6 +130,8 @@ impl Resilient {
             open: AtomicBool::new(true),
             faulty: AtomicBool::new(false),
             reached: AtomicBool::new(false),
+            settled: AtomicBool::new(false),
+            settle: Notify::new(),
             breaker: Mutex::new(Breaker::new()),
             down: Mutex::new(Down {
                 since: std::time::Instant::now(),
@@ -161,6 +172,24 @@ impl Resilient {
         })
     }
 
+    /// A request that arrives before the first connection attempt has
+    /// ended waits for it, up to its store wait: a store not yet dialled is
+    /// not a failing one, so a freshly started instance does not decide by
+    /// the policy (and admit past a count the store holds) in its first
+    /// milliseconds.
+    async fn first_attempt(&self, deadline: Option<Instant>) {
+        if self.settled.load(Acquire) {
+            return;
+        }
+        let notified = self.settle.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.settled.load(Acquire) {
+            return;
+        }
+        let _ = tokio::time::timeout(self.wait(deadline), notified).await;
+    }
+
     /// Whose a wait that ran out was ([`blame`]): the store's when it is
     /// silent on a clock that runs on time (a call unanswered for half the
     /// wait, at least [`QUIET`], and no other answered meanwhile), or when
@@ -185,7 +214,10 @@ impl Resilient {
         deadline: Option<Instant>,
     ) -> Result<T, Undecided> {
         if self.open.load(Relaxed) {
-            return Err(Undecided::Store);
+            self.first_attempt(deadline).await;
+            if self.open.load(Relaxed) {
+                return Err(Undecided::Store);
+            }
         }
         let wait = self.wait(deadline);
         if wait.is_zero() {

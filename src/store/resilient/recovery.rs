@@ -3,7 +3,7 @@
 //! store answers within the time a request may wait.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{Relaxed, Release};
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -81,16 +81,18 @@ impl Resilient {
                     () = tokio::time::sleep(delay) => {}
                     () = token.cancelled() => return,
                 }
-                match self.try_recover().await {
-                    Ok(()) => {
-                        self.recovered(first);
-                        break;
-                    }
-                    Err(e) => {
-                        self.still_down(&e, first && !logged);
-                        logged = true;
-                    }
+                let outcome = self.try_recover().await;
+                match outcome {
+                    Ok(()) => self.recovered(first),
+                    Err(ref e) => self.still_down(e, first && !logged),
                 }
+                if first && !self.settled.swap(true, Release) {
+                    self.settle.notify_waiters();
+                }
+                if outcome.is_ok() {
+                    break;
+                }
+                logged = true;
             }
             first = false;
         }
