@@ -1,0 +1,180 @@
+//! The fleet under test: one redis-server, and sluice instances that each
+//! reach it through a proxy of their own (so one instance can be cut off
+//! alone), all reading one rule directory.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::common::redis::RedisServer;
+use super::common::{Sluice, config_dir, send_signal};
+use super::proxy::Proxy;
+
+/// The rules every instance decides by: (key, limit, window in ms). Each
+/// request names one key with a value (its counter).
+pub const RULES: [(&str, u32, u64); 3] = [("a", 5, 1_000), ("b", 20, 1_000), ("c", 40, 2_000)];
+
+/// The limit `a` takes on a reload, and back.
+pub const RELOADED: u32 = 8;
+
+/// `--redis-timeout` of the fleet: the bound on any store wait.
+pub const STORE_TIMEOUT_MS: u64 = 50;
+
+pub fn rules_text(a_limit: u32) -> String {
+    let mut s = "domain: chaos\ndescriptors:\n".to_owned();
+    for (key, limit, window) in RULES {
+        let limit = if key == "a" { a_limit } else { limit };
+        s.push_str(&format!(
+            "  - key: {key}\n    rate_limit: {{window: {}s, requests_per_unit: {limit}}}\n",
+            window / 1000
+        ));
+    }
+    s
+}
+
+pub struct Instance {
+    pub grpc: SocketAddr,
+    pub sluice: Mutex<Option<Sluice>>,
+}
+
+pub struct Fleet {
+    pub redis: Mutex<RedisServer>,
+    pub proxies: Vec<Proxy>,
+    pub instances: Vec<Instance>,
+    pub dir: tempfile::TempDir,
+    args: Vec<String>,
+    flood: Mutex<Vec<Child>>,
+}
+
+impl Fleet {
+    /// `n` instances with `extra` flags (`--key-format envoyproxy`, ...).
+    pub fn start(n: usize, extra: &[&str]) -> Fleet {
+        let redis = RedisServer::start();
+        let dir = config_dir(&[("chaos.yaml", &rules_text(RULES[0].1))]);
+        let mut args: Vec<String> = ["--redis-timeout", &format!("{STORE_TIMEOUT_MS}ms")]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let proxies: Vec<Proxy> = (0..n).map(|_| Proxy::start(redis.port)).collect();
+        let instances = proxies
+            .iter()
+            .map(|p| {
+                let s = start(dir.path(), "127.0.0.1:0", p.port, &args);
+                let ready = super::common::eventually(Duration::from_secs(10), || {
+                    s.readyz()["status"] == "ready"
+                });
+                assert!(ready, "instance never ready: {}", s.readyz());
+                Instance {
+                    grpc: s.grpc,
+                    sluice: Mutex::new(Some(s)),
+                }
+            })
+            .collect();
+        Fleet {
+            redis: Mutex::new(redis),
+            proxies,
+            instances,
+            dir,
+            args,
+            flood: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn signal_store(&self, sig: &str) {
+        self.redis.lock().expect("redis").signal(sig);
+    }
+
+    pub fn kill_store(&self) {
+        self.redis.lock().expect("redis").kill();
+    }
+
+    pub fn restart_store(&self) {
+        self.redis.lock().expect("redis").restart();
+    }
+
+    pub fn signal_instance(&self, i: usize, sig: &str) {
+        if let Some(s) = self.instances[i].sluice.lock().expect("instance").as_ref() {
+            send_signal(s.pid(), sig);
+        }
+    }
+
+    pub fn kill_instance(&self, i: usize) {
+        // Dropping the process handle kills it (SIGKILL) and reaps it.
+        self.instances[i].sluice.lock().expect("instance").take();
+    }
+
+    /// Starts instance `i` again on its gRPC address.
+    pub fn restart_instance(&self, i: usize) {
+        let inst = &self.instances[i];
+        let s = start(
+            self.dir.path(),
+            &inst.grpc.to_string(),
+            self.proxies[i].port,
+            &self.args,
+        );
+        *inst.sluice.lock().expect("instance") = Some(s);
+    }
+
+    /// Each instance's admin address, while it runs.
+    pub fn admins(&self) -> Vec<Option<SocketAddr>> {
+        self.instances
+            .iter()
+            .map(|i| i.sluice.lock().expect("instance").as_ref().map(|s| s.admin))
+            .collect()
+    }
+
+    /// Two busy loops beside the fleet, as many as this host has cores.
+    pub fn flood(&self, on: bool) {
+        let mut flood = self.flood.lock().expect("flood");
+        for mut c in flood.drain(..) {
+            let _ = (c.kill(), c.wait());
+        }
+        if on {
+            for _ in 0..2 {
+                if let Ok(c) = Command::new("sh")
+                    .args(["-c", "while :; do :; done"])
+                    .spawn()
+                {
+                    flood.push(c);
+                }
+            }
+        }
+    }
+
+    /// Rewrites the rules with `a`'s limit at `limit`; every instance
+    /// reloads them.
+    pub fn reload(&self, limit: u32) {
+        std::fs::write(self.dir.path().join("chaos.yaml"), rules_text(limit)).expect("rules");
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        self.flood(false);
+        for p in &self.proxies {
+            p.pass();
+        }
+        if let Ok(r) = self.redis.lock()
+            && r.pid() > 0
+        {
+            send_signal(r.pid(), "CONT");
+        }
+        for i in &self.instances {
+            if let Ok(s) = i.sluice.lock()
+                && let Some(s) = s.as_ref()
+            {
+                send_signal(s.pid(), "CONT");
+            }
+        }
+    }
+}
+
+fn start(dir: &Path, grpc: &str, proxy: u16, args: &[String]) -> Sluice {
+    let url = format!("redis://127.0.0.1:{proxy}");
+    let mut all: Vec<&str> = vec!["--redis-url", &url];
+    all.extend(args.iter().map(String::as_str));
+    Sluice::start_at(dir, grpc, &all)
+}

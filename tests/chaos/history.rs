@@ -1,0 +1,110 @@
+//! What happened in one run: every operation (instance, key, send and answer
+//! time, answer, limit in force), every fault's start and end, and what
+//! each instance said of its store. Times are milliseconds of the wall
+//! clock, which every process here shares.
+
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::json;
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// How a request was answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    Ok,
+    OverLimit,
+    /// A gRPC error (shed, unavailable, deadline): nothing was admitted.
+    Error(i32),
+}
+
+#[derive(Debug, Clone)]
+pub struct Op {
+    pub instance: usize,
+    /// The rule's key and the value asked for (the counter).
+    pub rule: &'static str,
+    pub value: String,
+    pub hits: u32,
+    pub sent: u64,
+    pub answered: u64,
+    pub answer: Answer,
+}
+
+/// A fault the nemesis applied, from `start` until `end`.
+#[derive(Debug, Clone)]
+pub struct Fault {
+    pub kind: String,
+    /// The instance it was applied to, when one.
+    pub target: Option<usize>,
+    pub start: u64,
+    pub end: u64,
+    /// It touches the store's counts (the failure policy may decide), so
+    /// windows under it are held to the failure policy's bound.
+    pub store: bool,
+    /// The store lost its data (a restart empty).
+    pub lost: bool,
+}
+
+/// A span in which an instance said its store was not in use (`/readyz`
+/// `degraded`): the failure policy decided its requests.
+#[derive(Debug, Clone)]
+pub struct Degraded {
+    pub instance: usize,
+    pub start: u64,
+    pub end: u64,
+}
+
+/// A limit change made by a reload at `at`.
+#[derive(Debug, Clone)]
+pub struct LimitChange {
+    pub rule: &'static str,
+    pub at: u64,
+    pub limit: u32,
+}
+
+#[derive(Debug, Default)]
+pub struct History {
+    pub seed: u64,
+    pub ops: Vec<Op>,
+    pub faults: Vec<Fault>,
+    pub degraded: Vec<Degraded>,
+    pub changes: Vec<LimitChange>,
+}
+
+pub type Shared = Arc<Mutex<History>>;
+
+impl History {
+    /// The history as JSON lines, for `CHAOS_HISTORY` and for reading a
+    /// violation back.
+    pub fn json_lines(&self) -> String {
+        let mut out = String::new();
+        for f in &self.faults {
+            let line = json!({"fault": f.kind, "target": f.target, "start": f.start, "end": f.end});
+            out.push_str(&format!("{line}\n"));
+        }
+        for d in &self.degraded {
+            let line = json!({"degraded": d.instance, "start": d.start, "end": d.end});
+            out.push_str(&format!("{line}\n"));
+        }
+        for c in &self.changes {
+            let line = json!({"reload": c.rule, "at": c.at, "limit": c.limit});
+            out.push_str(&format!("{line}\n"));
+        }
+        for o in &self.ops {
+            let answer = match o.answer {
+                Answer::Ok => "OK".to_owned(),
+                Answer::OverLimit => "OVER_LIMIT".to_owned(),
+                Answer::Error(code) => format!("error {code}"),
+            };
+            let line = json!({"instance": o.instance, "key": format!("{}={}", o.rule, o.value),
+                "hits": o.hits, "sent": o.sent, "answered": o.answered, "answer": answer});
+            out.push_str(&format!("{line}\n"));
+        }
+        out
+    }
+}

@@ -1,0 +1,184 @@
+//! The nemesis: a schedule of faults drawn from a seed (the same seed, the
+//! same schedule), applied to the fleet and recorded with its span.
+
+use std::time::Duration;
+
+use super::fleet::{Fleet, RELOADED, RULES};
+use super::history::{Fault, LimitChange, Shared, now_ms};
+
+/// A small deterministic generator (splitmix64): the seed is the schedule.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// Every fault the nemesis knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    StoreStop,
+    StoreKill,
+    InstanceStop,
+    InstanceKill,
+    Partition,
+    Silent,
+    Latency,
+    CpuFlood,
+    Reload,
+}
+
+pub const KINDS: [Kind; 9] = [
+    Kind::StoreStop,
+    Kind::StoreKill,
+    Kind::InstanceStop,
+    Kind::InstanceKill,
+    Kind::Partition,
+    Kind::Silent,
+    Kind::Latency,
+    Kind::CpuFlood,
+    Kind::Reload,
+];
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::StoreStop => "store SIGSTOP",
+            Kind::StoreKill => "store SIGKILL, restarted empty",
+            Kind::InstanceStop => "instance SIGSTOP",
+            Kind::InstanceKill => "instance SIGKILL, restarted",
+            Kind::Partition => "partition instance-store",
+            Kind::Silent => "instance-store link silent",
+            Kind::Latency => "instance-store latency 30 ms",
+            Kind::CpuFlood => "CPU flood (2 busy loops)",
+            Kind::Reload => "reload changing a limit",
+        }
+    }
+
+    /// Whether the store's counts are out of reach of some instance, so the
+    /// failure policy may decide.
+    fn touches_store(self) -> bool {
+        matches!(
+            self,
+            Kind::StoreStop | Kind::StoreKill | Kind::Partition | Kind::Silent | Kind::Latency
+        )
+    }
+}
+
+/// One planned fault: its kind, target, and offsets from the run's start.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    pub kind: Kind,
+    pub target: usize,
+    pub at_ms: u64,
+    pub for_ms: u64,
+}
+
+/// The schedule of `seed` over `duration`: every kind once in an order the
+/// seed draws, then again, each 1 to 3 s long with 1 to 2 s of quiet
+/// between, none in the last 3 s (the fleet settles and is checked healthy).
+pub fn schedule(seed: u64, duration: Duration, instances: usize) -> Vec<Planned> {
+    let mut rng = Rng::new(seed);
+    let end = u64::try_from(duration.as_millis())
+        .unwrap_or(u64::MAX)
+        .saturating_sub(3_000);
+    let mut plan = Vec::new();
+    let mut at = 2_000;
+    loop {
+        let mut kinds = KINDS.to_vec();
+        while !kinds.is_empty() {
+            let kind = kinds.swap_remove(rng.below(kinds.len() as u64) as usize);
+            let for_ms = 1_000 + rng.below(2_000);
+            if at + for_ms > end {
+                return plan;
+            }
+            let target = rng.below(instances as u64) as usize;
+            plan.push(Planned {
+                kind,
+                target,
+                at_ms: at,
+                for_ms,
+            });
+            at += for_ms + 1_000 + rng.below(1_000);
+        }
+    }
+}
+
+/// Applies `plan` from `start_ms`, recording each fault.
+pub fn run(fleet: &Fleet, plan: &[Planned], start_ms: u64, history: &Shared) {
+    for p in plan {
+        sleep_until(start_ms + p.at_ms);
+        let start = now_ms();
+        apply(fleet, p, true, history);
+        sleep_until(start_ms + p.at_ms + p.for_ms);
+        apply(fleet, p, false, history);
+        let end = now_ms();
+        let fault = Fault {
+            kind: p.kind.name().to_owned(),
+            target: matches!(
+                p.kind,
+                Kind::InstanceStop
+                    | Kind::InstanceKill
+                    | Kind::Partition
+                    | Kind::Silent
+                    | Kind::Latency
+            )
+            .then_some(p.target),
+            start,
+            end,
+            store: p.kind.touches_store(),
+            lost: p.kind == Kind::StoreKill,
+        };
+        history.lock().expect("history").faults.push(fault);
+    }
+}
+
+fn apply(fleet: &Fleet, p: &Planned, on: bool, history: &Shared) {
+    let i = p.target;
+    match (p.kind, on) {
+        (Kind::StoreStop, true) => fleet.signal_store("STOP"),
+        (Kind::StoreStop, false) => fleet.signal_store("CONT"),
+        (Kind::StoreKill, true) => fleet.kill_store(),
+        (Kind::StoreKill, false) => fleet.restart_store(),
+        (Kind::InstanceStop, true) => fleet.signal_instance(i, "STOP"),
+        (Kind::InstanceStop, false) => fleet.signal_instance(i, "CONT"),
+        (Kind::InstanceKill, true) => fleet.kill_instance(i),
+        (Kind::InstanceKill, false) => fleet.restart_instance(i),
+        (Kind::Partition, true) => fleet.proxies[i].partition(),
+        (Kind::Silent, true) => fleet.proxies[i].silence(),
+        (Kind::Latency, true) => fleet.proxies[i].delay(30),
+        (Kind::Partition | Kind::Silent | Kind::Latency, false) => fleet.proxies[i].pass(),
+        (Kind::CpuFlood, on) => fleet.flood(on),
+        (Kind::Reload, on) => {
+            let limit = if on { RELOADED } else { RULES[0].1 };
+            let at = now_ms();
+            fleet.reload(limit);
+            let change = LimitChange {
+                rule: RULES[0].0,
+                at,
+                limit,
+            };
+            history.lock().expect("history").changes.push(change);
+        }
+    }
+}
+
+fn sleep_until(ms: u64) {
+    let now = now_ms();
+    if ms > now {
+        std::thread::sleep(Duration::from_millis(ms - now));
+    }
+}
