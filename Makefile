@@ -3,7 +3,7 @@ CARGO ?= cargo
 # Tests start real servers; keep parallelism sane on small machines.
 TEST_THREADS ?= 4
 
-.PHONY: run build test lint deps envoy docs bench instructions h2load fuzz soak fleet stack stack-down compose-test clean
+.PHONY: run build test lint deps envoy docs bench instructions h2load fuzz soak fleet chaos stack stack-down compose-test clean
 
 run:
 	$(CARGO) run --release -- serve --config descriptors
@@ -85,6 +85,14 @@ instructions: deps h2load
 	@command -v valgrind >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$SUDO apt-get install -y -q valgrind >/dev/null; }
 	$(CARGO) build --release --bin sluice --example noop_rls
 	$(CARGO) bench --bench instructions
+
+# The fault harness on any seed: a fleet of two instances on Redis, a
+# nemesis drawn from SEED for DURATION seconds, the checker's table printed
+# (CHAOS_HISTORY=DIR keeps the history; CHAOS_FLAGS adds serve flags).
+SEED ?= 1
+DURATION ?= 60
+chaos: deps
+	SEED=$(SEED) DURATION=$(DURATION) $(CARGO) test --test chaos chaos -- --ignored --nocapture
 
 # Quota mode at fleet scale: 1000 RLQS streams x 10 buckets against one
 # sluice on Redis (FLEET_ENVOYS, FLEET_BUCKETS, FLEET_SECONDS to change).

@@ -30,8 +30,9 @@ use std::time::Duration;
 
 use history::{History, now_ms};
 
-/// The seeds `make test` runs, each for [`SHORT`].
-const SEEDS: [u64; 2] = [1, 2];
+/// The seeds `make test` runs, each for [`SHORT`], and the flags of each
+/// run's fleet: sluice's key format, then the reference's.
+const SEEDS: [(u64, &[&str]); 2] = [(1, &[]), (2, &["--key-format", "envoyproxy"])];
 const SHORT: Duration = Duration::from_secs(40);
 const INSTANCES: usize = 2;
 
@@ -61,9 +62,16 @@ fn run(seed: u64, duration: Duration, extra: &[&str]) -> checker::Report {
         let (fleet, history) = (fleet.clone(), history.clone());
         std::thread::spawn(move || workload::observe(&fleet, &history, until))
     };
+    let reader = extra.contains(&"envoyproxy").then(|| {
+        let (fleet, history) = (fleet.clone(), history.clone());
+        std::thread::spawn(move || workload::read_reference(&fleet, &history, until))
+    });
     nemesis::run(&fleet, &plan, start, &history);
     let _ = rt.block_on(clients);
     let _ = observer.join();
+    if let Some(reader) = reader {
+        let _ = reader.join();
+    }
     let h = history.lock().expect("history");
     if let Ok(dir) = std::env::var("CHAOS_HISTORY") {
         let path = std::path::Path::new(&dir).join(format!("seed-{seed}.jsonl"));
@@ -97,8 +105,8 @@ fn table(r: &checker::Report) -> String {
 
 #[test]
 fn short_seeds_keep_every_promise() {
-    for seed in SEEDS {
-        let r = run(seed, SHORT, &[]);
+    for (seed, flags) in SEEDS {
+        let r = run(seed, SHORT, flags);
         eprintln!("{}", table(&r));
         assert!(r.ops > 1_000, "seed {seed}: only {} operations", r.ops);
         let exact = r

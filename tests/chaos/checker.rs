@@ -18,6 +18,11 @@
 //!   plus [`GRACE_MS`] (this machine's scheduling, a debug build, other
 //!   tests beside).
 //!
+//! - **A reference fleet reads the hits** (under `--key-format envoyproxy`,
+//!   "swapping the image in place carries every count over"): in a healthy
+//!   window where every request was admitted, the reference's key holds
+//!   exactly the hits admitted.
+//!
 //! An admitted operation counts in a window only when it was both sent and
 //! answered inside it (one that spans a boundary could be either window's),
 //! so the checker never blames a count it cannot place.
@@ -54,6 +59,7 @@ pub struct Report {
 pub const EXACT: &str = "exact count";
 pub const POLICY: &str = "failure policy bound";
 pub const LATENCY: &str = "answer within timeout";
+pub const REFERENCE: &str = "reference key holds the hits";
 
 pub fn check(h: &History, instances: usize) -> Report {
     let mut r = Report {
@@ -62,6 +68,7 @@ pub fn check(h: &History, instances: usize) -> Report {
     };
     windows(h, instances, &mut r);
     latency(h, &mut r);
+    reference(h, &mut r);
     r
 }
 
@@ -91,6 +98,60 @@ fn limit_in_force(h: &History, rule: &str, base: u32, span: (u64, u64)) -> u32 {
         }
     }
     max
+}
+
+/// Whether a store fault or a `degraded` span came near `span`.
+fn touched(h: &History, span: (u64, u64)) -> bool {
+    let near = (span.0.saturating_sub(MARGIN_MS), span.1 + MARGIN_MS);
+    h.faults
+        .iter()
+        .any(|f| f.store && overlaps((f.start, f.end + MARGIN_MS), near))
+        || h.degraded.iter().any(|d| overlaps((d.start, d.end), near))
+}
+
+fn reference(h: &History, r: &mut Report) {
+    for read in &h.reference {
+        let span = (read.window, read.window + 1_000);
+        if touched(h, span) {
+            continue;
+        }
+        let ops: Vec<_> = h
+            .ops
+            .iter()
+            .filter(|o| o.rule == read.rule && o.value == read.value)
+            .filter(|o| overlaps((o.sent, o.answered + 1), span))
+            .collect();
+        let clean = ops
+            .iter()
+            .all(|o| o.answer == Answer::Ok && o.sent >= span.0 && o.answered < span.1);
+        if ops.is_empty() || !clean {
+            continue;
+        }
+        let hits: u64 = ops.iter().map(|o| u64::from(o.hits)).sum();
+        let active: Vec<String> = h
+            .faults
+            .iter()
+            .filter(|f| overlaps((f.start, f.end), span))
+            .map(|f| f.kind.clone())
+            .collect();
+        let wrong = read.count != Some(hits);
+        let kinds = if active.is_empty() {
+            vec!["none".to_owned()]
+        } else {
+            active.clone()
+        };
+        for kind in kinds {
+            let t = r.table.entry((kind, REFERENCE)).or_default();
+            t.checked += 1;
+            t.violations += u64::from(wrong);
+        }
+        if wrong {
+            r.violations.push(format!(
+                "seed {}: {}={} window {}: the reference's key holds {:?}, {hits} hits were admitted; faults then: {active:?}",
+                h.seed, read.rule, read.value, read.window, read.count
+            ));
+        }
+    }
 }
 
 fn windows(h: &History, instances: usize, r: &mut Report) {

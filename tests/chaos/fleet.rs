@@ -13,8 +13,14 @@ use super::common::{Sluice, config_dir, send_signal};
 use super::proxy::Proxy;
 
 /// The rules every instance decides by: (key, limit, window in ms). Each
-/// request names one key with a value (its counter).
-pub const RULES: [(&str, u32, u64); 3] = [("a", 5, 1_000), ("b", 20, 1_000), ("c", 40, 2_000)];
+/// request names one key with a value (its counter). `d` is never reached:
+/// its windows are all admitted, so a reference's key must hold their hits.
+pub const RULES: [(&str, u32, u64); 4] = [
+    ("a", 5, 1_000),
+    ("b", 20, 1_000),
+    ("c", 40, 2_000),
+    ("d", 1_000, 1_000),
+];
 
 /// The limit `a` takes on a reload, and back.
 pub const RELOADED: u32 = 8;
@@ -26,9 +32,15 @@ pub fn rules_text(a_limit: u32) -> String {
     let mut s = "domain: chaos\ndescriptors:\n".to_owned();
     for (key, limit, window) in RULES {
         let limit = if key == "a" { a_limit } else { limit };
+        // A unit where there is one, so the reference's key format names
+        // the counter as the reference would.
+        let period = if window == 1_000 {
+            "unit: second".to_owned()
+        } else {
+            format!("window: {}s", window / 1000)
+        };
         s.push_str(&format!(
-            "  - key: {key}\n    rate_limit: {{window: {}s, requests_per_unit: {limit}}}\n",
-            window / 1000
+            "  - key: {key}\n    rate_limit: {{{period}, requests_per_unit: {limit}}}\n"
         ));
     }
     s

@@ -67,8 +67,19 @@ pub struct LimitChange {
     pub limit: u32,
 }
 
+/// What a reference instance would read in the store for one counter and
+/// window (`--key-format envoyproxy`): `None` when the key was absent.
+#[derive(Debug, Clone)]
+pub struct RefRead {
+    pub rule: &'static str,
+    pub value: String,
+    pub window: u64,
+    pub count: Option<u64>,
+}
+
 #[derive(Debug, Default)]
 pub struct History {
+    pub reference: Vec<RefRead>,
     pub seed: u64,
     pub ops: Vec<Op>,
     pub faults: Vec<Fault>,

@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use tonic::transport::{Channel, Endpoint};
 
 use super::fleet::{Fleet, RULES};
-use super::history::{Answer, Degraded, Op, Shared, now_ms};
+use super::history::{Answer, Degraded, Op, RefRead, Shared, now_ms};
 use super::nemesis::Rng;
 
 /// Clients at once, and the pause between one's requests.
@@ -110,6 +110,38 @@ pub fn observe(fleet: &Fleet, history: &Shared, until_ms: u64) {
                 start,
                 end: now,
             });
+        }
+    }
+}
+
+/// Under `--key-format envoyproxy`: reads each one-second counter's key in
+/// the store, as a reference instance would, once its window has ended.
+pub fn read_reference(fleet: &Fleet, history: &Shared, until_ms: u64) {
+    let mut next = now_ms() / 1_000 * 1_000;
+    while now_ms() < until_ms {
+        std::thread::sleep(Duration::from_millis(100));
+        // Read a window 400 ms after it ends (answers in flight have landed),
+        // well before its key expires.
+        while next + 1_400 <= now_ms() {
+            let port = fleet.redis.lock().expect("redis").port;
+            for (rule, _, len) in RULES.iter().filter(|r| r.2 == 1_000) {
+                for value in ["v0", "v1"] {
+                    let key = format!("chaos_{rule}_{value}_{}", next / len);
+                    let reply = super::common::redis::command(port, &format!("GET {key}"));
+                    let count = reply
+                        .as_deref()
+                        .and_then(|r| r.lines().nth(1))
+                        .and_then(|n| n.trim().parse().ok());
+                    let read = RefRead {
+                        rule,
+                        value: value.to_owned(),
+                        window: next,
+                        count,
+                    };
+                    history.lock().expect("history").reference.push(read);
+                }
+            }
+            next += 1_000;
         }
     }
 }
