@@ -304,3 +304,71 @@ async fn no_request_fails_during_repeated_reloads() {
     let generation = s.readyz()["config"]["generation"].as_u64().unwrap();
     assert!(generation > 2, "reloads happened: generation {generation}");
 }
+
+/// Generated per-customer rules, as a billing system writes them.
+fn customers(n: usize) -> String {
+    let mut s = String::from("domain: saas\ndescriptors:\n");
+    for i in 0..n {
+        s.push_str(&format!(
+            "  - key: api_key\n    value: cust{i:07}\n    rate_limit:\n      unit: minute\n      requests_per_unit: {}\n",
+            100 + i % 50
+        ));
+    }
+    s
+}
+
+/// A rule file past a bound is refused naming the file, the bound, the
+/// flag and the figure; the same flags give `check` and `serve` the same
+/// answer, and raising the flag loads it. Before, a file of about 22,000
+/// rules failed with "budget breached: Nodes { nodes: 250001 }", naming
+/// neither a limit nor a remedy, and nothing could raise it.
+#[test]
+fn a_rule_file_past_a_bound_is_refused_naming_its_flag() {
+    let dir = config_dir(&[("customers.yaml", &customers(30_000))]);
+    let check = |flags: &[&str]| {
+        let out = std::process::Command::new(sluice_bin())
+            .arg("check")
+            .args(flags)
+            .arg(dir.path())
+            .output()
+            .expect("check");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code(), text)
+    };
+    let (code, text) = check(&[]);
+    assert_eq!(
+        (code, text.trim()),
+        (Some(0), "saas: 30000 rules"),
+        "the defaults take 300,000 nodes"
+    );
+    for (flag, figure) in [
+        ("--max-rule-file-nodes", "100000"),
+        ("--max-rule-file-bytes", "500000"),
+    ] {
+        let (code, text) = check(&[flag, figure]);
+        assert_eq!(code, Some(1), "{text}");
+        assert!(text.contains("customers.yaml"), "{text}");
+        assert!(
+            text.contains(&format!("more than {figure}")) && text.contains(flag),
+            "{text}"
+        );
+        // serve refuses it the same way at start.
+        let out = std::process::Command::new(sluice_bin())
+            .args([
+                "serve",
+                "--grpc-addr",
+                "127.0.0.1:0",
+                "--admin-addr",
+                "127.0.0.1:0",
+                flag,
+                figure,
+                "--config",
+            ])
+            .arg(dir.path())
+            .output()
+            .expect("serve");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(flag), "{err}");
+    }
+}

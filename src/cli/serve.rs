@@ -11,8 +11,8 @@ use super::{
     BoundArgs, ConnArgs, LogFormat, Span, StoreArgs, pairs, parse_duration, parse_mode, parse_ratio,
 };
 use crate::admin::HealthcheckPolicy;
-use crate::config::LoadOptions;
 use crate::config::xds::{XdsConfig, XdsTls};
+use crate::config::{FileBounds, LoadOptions};
 use crate::privacy::Privacy;
 use crate::quota::QuotaOptions;
 use crate::service::{Knobs, ResponseHeaders, Settings};
@@ -31,6 +31,14 @@ pub struct ConfigArgs {
     /// USE_CALENDAR_MONTH_RATE_LIMIT), not 30 days from the epoch.
     #[arg(long, env = "SLUICE_CALENDAR_MONTHS")]
     pub(crate) calendar_months: bool,
+    /// The largest rule file read, in bytes; a larger one is a load error
+    /// naming this flag.
+    #[arg(long, env = "SLUICE_MAX_RULE_FILE_BYTES", default_value_t = FileBounds::default().max_bytes)]
+    pub(crate) max_rule_file_bytes: usize,
+    /// The most YAML nodes (maps, lists, scalars; a rule is about 10) one
+    /// rule file may hold; more is a load error naming this flag.
+    #[arg(long, env = "SLUICE_MAX_RULE_FILE_NODES", default_value_t = FileBounds::default().max_nodes)]
+    pub(crate) max_rule_file_nodes: usize,
 }
 
 /// Quota mode (Envoy's rate_limit_quota filter) on the gRPC listener.
@@ -319,6 +327,10 @@ impl ConfigArgs {
             max_files: self.max_rule_files,
             leases: true,
             calendar_months: self.calendar_months,
+            file_bounds: FileBounds {
+                max_bytes: self.max_rule_file_bytes,
+                max_nodes: self.max_rule_file_nodes,
+            },
         }
     }
 }

@@ -10,7 +10,7 @@
 //! `sluice check --quota` reports the rules that make this possible
 //! ([`Domain::quota_ambiguities`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use super::matcher::{Domain, Level, Node, Rule};
@@ -79,17 +79,18 @@ impl Domain {
             by_keys.entry(keys).or_default().push(p);
         }
         for (keys, group) in by_keys {
-            for (i, a) in group.iter().enumerate() {
-                for b in group.iter().skip(i + 1) {
-                    if order(a) != order(b) && may_agree(a, b) {
-                        out.push(format!(
-                            "rules '{}' and '{}' take the same keys ({}) in different orders: \
-                             a quota bucket with these keys matches the one whose keys sort first",
-                            label(a),
-                            label(b),
-                            keys.join(", ")
-                        ));
-                    }
+            // Rules whose keys come in one order are never ambiguous with
+            // each other: only pairs across orders are looked at, and an
+            // exact rule only against those with the same values, so a
+            // million per-customer rules cost a hash each, not a pair each.
+            let mut orders: BTreeMap<Vec<&str>, Vec<&Vec<&Node>>> = BTreeMap::new();
+            for p in group {
+                orders.entry(order(p)).or_default().push(p);
+            }
+            let orders: Vec<Vec<&Vec<&Node>>> = orders.into_values().collect();
+            for (i, a) in orders.iter().enumerate() {
+                for b in orders.iter().skip(i + 1) {
+                    across(a, b, &keys, &mut out);
                 }
             }
         }
@@ -140,6 +141,51 @@ fn collect<'d>(level: &'d Level, prefix: &mut Vec<&'d Node>, out: &mut Vec<Vec<&
         }
         prefix.pop();
     }
+}
+
+/// Each pair of `a` and `b` (rules with the same keys in two orders) that
+/// one bucket could match, reported.
+fn across(a: &[&Vec<&Node>], b: &[&Vec<&Node>], keys: &[&str], out: &mut Vec<String>) {
+    // `b`'s rules with an exact value at every level, by those values in
+    // key order; the rest are few (wildcards and key-only defaults).
+    let mut exact: HashMap<Vec<&str>, Vec<&Vec<&Node>>> = HashMap::new();
+    let mut loose = Vec::new();
+    for p in b {
+        match values(p) {
+            Some(v) => exact.entry(v).or_default().push(p),
+            None => loose.push(*p),
+        }
+    }
+    for pa in a {
+        let candidates: Vec<&Vec<&Node>> = match values(pa) {
+            Some(v) => exact
+                .get(&v)
+                .into_iter()
+                .flatten()
+                .copied()
+                .chain(loose.iter().copied())
+                .collect(),
+            None => b.to_vec(),
+        };
+        for pb in candidates {
+            if may_agree(pa, pb) {
+                out.push(format!(
+                    "rules '{}' and '{}' take the same keys ({}) in different orders: \
+                     a quota bucket with these keys matches the one whose keys sort first",
+                    label(pa),
+                    label(pb),
+                    keys.join(", ")
+                ));
+            }
+        }
+    }
+}
+
+/// A path's exact values in its keys' name order, when every level has one.
+fn values<'a>(path: &[&'a Node]) -> Option<Vec<&'a str>> {
+    let mut levels: Vec<&Node> = path.to_vec();
+    levels.sort_unstable_by(|x, y| x.key.cmp(&y.key));
+    levels.iter().map(|n| n.exact.as_deref()).collect()
 }
 
 fn order<'a>(path: &[&'a Node]) -> Vec<&'a str> {

@@ -148,3 +148,22 @@ descriptors:
     );
     assert!(r.domain("api").unwrap().quota_ambiguities().is_empty());
 }
+
+/// Thousands of exact per-customer rules in two key orders: only the pair
+/// that names the same values is ambiguous (found by values, not by pairs).
+#[test]
+fn many_exact_rules_in_two_orders_find_only_the_pair_that_agrees() {
+    let mut yaml = String::from("domain: api\ndescriptors:\n");
+    for i in 0..2_000 {
+        yaml.push_str(&format!("  - key: org\n    value: o{i}\n    descriptors:\n      - key: user\n        value: u{i}\n        rate_limit: {{unit: second, requests_per_unit: 1}}\n"));
+    }
+    for i in 1_999..4_000 {
+        yaml.push_str(&format!("  - key: user\n    value: u{i}\n    descriptors:\n      - key: org\n        value: o{i}\n        rate_limit: {{unit: second, requests_per_unit: 1}}\n"));
+    }
+    let found = rules(&yaml).domain("api").unwrap().quota_ambiguities();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].contains("'org_o1999.user_u1999'") && found[0].contains("'user_u1999.org_o1999'"),
+        "{found:?}"
+    );
+}

@@ -33,6 +33,7 @@ use crate::limiter::{Algorithm, Period};
 use crate::rule_stats::RuleCounters;
 
 pub use walk::stat_fingerprint;
+pub use yaml::FileBounds;
 
 /// Settings that change how a directory is read.
 #[derive(Debug, Clone, Copy)]
@@ -47,6 +48,8 @@ pub struct LoadOptions {
     /// `unit: month` fixed windows are UTC calendar months
     /// (`--calendar-months`), not 30 days from the epoch.
     pub calendar_months: bool,
+    /// Bounds on each file (`--max-rule-file-bytes`, `--max-rule-file-nodes`).
+    pub file_bounds: FileBounds,
 }
 
 impl Default for LoadOptions {
@@ -56,6 +59,7 @@ impl Default for LoadOptions {
             max_files: 1000,
             leases: true,
             calendar_months: false,
+            file_bounds: FileBounds::default(),
         }
     }
 }
@@ -195,7 +199,7 @@ pub fn load_dir_shaped(
     counters: &dyn RuleCounters,
     overlay: &Overlay,
 ) -> Result<(Rules, Vec<String>), LoadError> {
-    let (mut files, hash) = parse_texts(read_dir(dir, opts)?)?;
+    let (mut files, hash) = parse_texts(read_dir(dir, opts)?, opts.file_bounds)?;
     let warnings = overlay.apply(&mut files)?;
     Ok((compile_files(files, opts, counters, hash)?, warnings))
 }
@@ -233,7 +237,7 @@ pub fn load_texts(
     opts: LoadOptions,
     counters: &dyn RuleCounters,
 ) -> Result<Rules, LoadError> {
-    let (parsed, hash) = parse_texts(texts)?;
+    let (parsed, hash) = parse_texts(texts, opts.file_bounds)?;
     compile_files(parsed, opts, counters, hash)
 }
 
@@ -242,13 +246,13 @@ pub fn load_texts(
 pub type Parsed = (Vec<(PathBuf, DomainFile)>, u64);
 
 /// Every document of every file in the model, with a fingerprint of the texts.
-fn parse_texts(texts: Vec<(PathBuf, String)>) -> Result<Parsed, LoadError> {
+fn parse_texts(texts: Vec<(PathBuf, String)>, bounds: FileBounds) -> Result<Parsed, LoadError> {
     let mut parsed = Vec::with_capacity(texts.len());
     let mut errors = Vec::new();
     let mut hasher = DefaultHasher::new();
     for (file, text) in &texts {
         (file, text).hash(&mut hasher);
-        match parse_documents(file, text) {
+        match parse_documents(file, text, bounds) {
             Ok(docs) => parsed.extend(docs.into_iter().map(|df| (file.clone(), df))),
             Err(mut e) => errors.append(&mut e),
         }

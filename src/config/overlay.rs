@@ -162,7 +162,7 @@ fn unmet(file: &Path, domain: &str, node: &OverlayNode) -> String {
 
 /// One overlay file: each YAML document a domain.
 fn parse(file: &Path, text: &str) -> Result<Vec<OverlayDomain>, Vec<ConfigError>> {
-    let roots = yaml::parse_all(text).map_err(|e| {
+    let roots = yaml::parse_all(text, yaml::FileBounds::default()).map_err(|e| {
         vec![ConfigError {
             file: file.to_path_buf(),
             position: e.position,

@@ -139,19 +139,66 @@ fn null() -> Node {
     Spanned::new(Value::Null, Location::UNKNOWN, Location::UNKNOWN)
 }
 
-fn options() -> serde_saphyr::Options {
+/// Bounds on one rule file (`--max-rule-file-bytes`,
+/// `--max-rule-file-nodes`): a file past one is refused with the flag to
+/// raise, never half read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileBounds {
+    pub max_bytes: usize,
+    /// YAML nodes (maps, lists and scalars): a rule is about 10.
+    pub max_nodes: usize,
+}
+
+impl Default for FileBounds {
+    /// 256 MiB and 12 million nodes: a million per-customer rules in one
+    /// file, a little over 100 MiB of YAML.
+    fn default() -> Self {
+        FileBounds {
+            max_bytes: 256 << 20,
+            max_nodes: 12_000_000,
+        }
+    }
+}
+
+fn options(bounds: FileBounds) -> serde_saphyr::Options {
     let mut budget = serde_saphyr::Budget::default();
     budget.max_depth = MAX_DEPTH;
+    budget.max_nodes = bounds.max_nodes;
+    // Every node is one event, a map or a list two: events follow nodes.
+    budget.max_events = bounds.max_nodes.saturating_mul(2).saturating_add(64);
+    budget.max_total_scalar_bytes = bounds.max_bytes;
     let mut options = serde_saphyr::Options::default();
     options.budget = Some(budget);
     options
 }
 
-fn syntax(e: &serde_saphyr::Error) -> SyntaxError {
+fn syntax(e: &serde_saphyr::Error, bounds: FileBounds) -> SyntaxError {
+    use serde_saphyr::budget::BudgetBreach;
+    let message = match e.without_snippet() {
+        serde_saphyr::Error::Budget {
+            breach: BudgetBreach::Nodes { nodes } | BudgetBreach::Events { events: nodes },
+            ..
+        } => format!(
+            "the file holds more than {} YAML nodes (reached {nodes} here), the bound --max-rule-file-nodes sets; a rule is about 10 nodes: raise the flag to load it",
+            bounds.max_nodes
+        ),
+        serde_saphyr::Error::Budget {
+            breach: BudgetBreach::ScalarBytes { .. },
+            ..
+        } => too_big(bounds),
+        _ => first_line(&e.to_string()),
+    };
     SyntaxError {
         position: e.location().as_ref().and_then(position),
-        message: first_line(&e.to_string()),
+        message,
     }
+}
+
+fn too_big(bounds: FileBounds) -> String {
+    format!(
+        "the file holds more than {} bytes, the bound --max-rule-file-bytes sets: raise the flag to load it",
+        bounds.max_bytes
+    )
 }
 
 /// Parses one document into a positioned tree. An empty document is `Null`.
@@ -160,18 +207,26 @@ pub fn parse(text: &str) -> Result<Node, SyntaxError> {
     if text.trim().is_empty() {
         return Ok(null());
     }
-    serde_saphyr::from_str_with_options::<Node>(text, options()).map_err(|e| syntax(&e))
+    let bounds = FileBounds::default();
+    serde_saphyr::from_str_with_options::<Node>(text, options(bounds))
+        .map_err(|e| syntax(&e, bounds))
 }
 
 /// Parses every document of a text (`---` between them) into positioned
 /// trees, empty ones left out; a text with none is one `Null` document.
-pub fn parse_all(text: &str) -> Result<Vec<Node>, SyntaxError> {
+pub fn parse_all(text: &str, bounds: FileBounds) -> Result<Vec<Node>, SyntaxError> {
+    if text.len() > bounds.max_bytes {
+        return Err(SyntaxError {
+            message: format!("{} ({} bytes)", too_big(bounds), text.len()),
+            position: None,
+        });
+    }
     if text.trim().is_empty() {
         return Ok(vec![null()]);
     }
     let docs: Vec<Node> =
-        serde_saphyr::from_str_multiple_with_options::<Node, Vec<Node>>(text, options())
-            .map_err(|e| syntax(&e))?;
+        serde_saphyr::from_str_multiple_with_options::<Node, Vec<Node>>(text, options(bounds))
+            .map_err(|e| syntax(&e, bounds))?;
     Ok(if docs.is_empty() { vec![null()] } else { docs })
 }
 

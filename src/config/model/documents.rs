@@ -5,11 +5,12 @@
 use std::path::Path;
 
 use super::{ConfigError, DomainFile, Parser, yaml};
+use crate::config::yaml::FileBounds;
 
 /// Parses and validates one file on its own (cross-file rules are checked when
 /// the directory is compiled): its one domain.
 pub fn parse_file(file: &Path, text: &str) -> Result<DomainFile, Vec<ConfigError>> {
-    let mut docs = parse_documents(file, text)?;
+    let mut docs = parse_documents(file, text, FileBounds::default())?;
     if docs.len() > 1 {
         return Err(vec![ConfigError {
             file: file.to_path_buf(),
@@ -25,8 +26,12 @@ pub fn parse_file(file: &Path, text: &str) -> Result<DomainFile, Vec<ConfigError
 /// each a domain: a file that holds several configs, as Envoy Gateway's
 /// generated rule files do, loads them all (the reference read the first
 /// and dropped the rest without a word).
-pub fn parse_documents(file: &Path, text: &str) -> Result<Vec<DomainFile>, Vec<ConfigError>> {
-    let roots = yaml::parse_all(text).map_err(|e| {
+pub fn parse_documents(
+    file: &Path,
+    text: &str,
+    bounds: FileBounds,
+) -> Result<Vec<DomainFile>, Vec<ConfigError>> {
+    let roots = yaml::parse_all(text, bounds).map_err(|e| {
         vec![ConfigError {
             file: file.to_path_buf(),
             position: e.position,

@@ -15,7 +15,7 @@ fn overlay(text: &str) -> Result<Overlay, LoadError> {
 
 fn pushed() -> Vec<(PathBuf, crate::config::DomainFile)> {
     let file = PathBuf::from("xds:gw");
-    parse_documents(Path::new("xds:gw"), PUSHED)
+    parse_documents(Path::new("xds:gw"), PUSHED, Default::default())
         .expect("parses")
         .into_iter()
         .map(|df| (file.clone(), df))
