@@ -43,6 +43,9 @@ pub fn rules_text(a_limit: u32) -> String {
             "  - key: {key}\n    rate_limit: {{{period}, requests_per_unit: {limit}}}\n"
         ));
     }
+    // The request flood's counter: a limit no flood reaches, so every
+    // flooded request asks the store.
+    s.push_str("  - key: flood\n    rate_limit: {unit: second, requests_per_unit: 100000000}\n");
     s
 }
 
@@ -152,6 +155,59 @@ impl Fleet {
                 {
                     flood.push(c);
                 }
+            }
+        }
+    }
+
+    /// h2load against every instance, far past what this host can answer
+    /// (16 connections x 64 streams each), on the flood's own counter.
+    pub fn request_flood(&self, on: bool) {
+        let mut flood = self.flood.lock().expect("flood");
+        for mut c in flood.drain(..) {
+            let _ = (c.kill(), c.wait());
+        }
+        if !on {
+            return;
+        }
+        use prost::Message as _;
+        let req =
+            super::common::request("chaos", vec![super::common::descriptor(&[("flood", "x")])]);
+        let mut body = vec![0u8];
+        body.extend_from_slice(&u32::try_from(req.encoded_len()).unwrap_or(0).to_be_bytes());
+        req.encode(&mut body).expect("encode");
+        let file = self.dir.path().join(".flood.bin");
+        std::fs::write(&file, body).expect("body");
+        for i in &self.instances {
+            let spawned = Command::new("h2load")
+                .args([
+                    "-n",
+                    "100000000",
+                    "-c",
+                    "16",
+                    "-m",
+                    "64",
+                    "-t",
+                    "1",
+                    "-D",
+                    "60",
+                ])
+                .args([
+                    "-H",
+                    "content-type:application/grpc",
+                    "-H",
+                    "te:trailers",
+                    "-d",
+                ])
+                .arg(&file)
+                .arg(format!(
+                    "http://{}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+                    i.grpc
+                ))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn();
+            if let Ok(c) = spawned {
+                flood.push(c);
             }
         }
     }

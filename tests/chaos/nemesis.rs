@@ -38,10 +38,11 @@ pub enum Kind {
     Silent,
     Latency,
     CpuFlood,
+    RequestFlood,
     Reload,
 }
 
-pub const KINDS: [Kind; 9] = [
+pub const KINDS: [Kind; 10] = [
     Kind::StoreStop,
     Kind::StoreKill,
     Kind::InstanceStop,
@@ -50,6 +51,7 @@ pub const KINDS: [Kind; 9] = [
     Kind::Silent,
     Kind::Latency,
     Kind::CpuFlood,
+    Kind::RequestFlood,
     Kind::Reload,
 ];
 
@@ -64,6 +66,7 @@ impl Kind {
             Kind::Silent => "instance-store link silent",
             Kind::Latency => "instance-store latency 30 ms",
             Kind::CpuFlood => "CPU flood (2 busy loops)",
+            Kind::RequestFlood => "request flood (h2load at each instance)",
             Kind::Reload => "reload changing a limit",
         }
     }
@@ -162,6 +165,7 @@ fn apply(fleet: &Fleet, p: &Planned, on: bool, history: &Shared) {
         (Kind::Latency, true) => fleet.proxies[i].delay(30),
         (Kind::Partition | Kind::Silent | Kind::Latency, false) => fleet.proxies[i].pass(),
         (Kind::CpuFlood, on) => fleet.flood(on),
+        (Kind::RequestFlood, on) => fleet.request_flood(on),
         (Kind::Reload, on) => {
             let limit = if on { RELOADED } else { RULES[0].1 };
             let at = now_ms();

@@ -77,6 +77,21 @@ async fn one(c: &mut RateLimitServiceClient<Channel>, instance: usize, rng: &mut
     }
 }
 
+/// `/readyz` of an instance that may be stopped or gone: `None` then.
+fn readyz(admin: std::net::SocketAddr) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&admin, Duration::from_millis(300)).ok()?;
+    s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+    write!(
+        s,
+        "GET /readyz HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
 /// Reads each instance's `/readyz` every 100 ms until `until_ms`, and
 /// records the spans in which one said `degraded`.
 pub fn observe(fleet: &Fleet, history: &Shared, until_ms: u64) {
@@ -84,7 +99,7 @@ pub fn observe(fleet: &Fleet, history: &Shared, until_ms: u64) {
     while now_ms() < until_ms {
         for (i, admin) in fleet.admins().into_iter().enumerate() {
             let Some(admin) = admin else { continue };
-            let (_, body) = super::common::http(admin, "GET", "/readyz", "");
+            let body = readyz(admin).unwrap_or_default();
             let degraded = body.contains("\"degraded\"");
             let now = now_ms();
             match (open[i], degraded) {
