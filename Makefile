@@ -78,6 +78,7 @@ bench: deps h2load
 	$(CARGO) build --release --bin sluice --example noop_rls
 	$(CARGO) bench --bench load
 	$(CARGO) bench --bench matching
+	SLUICE_TEST_BIN=$(CURDIR)/target/release/sluice $(CARGO) bench --bench rules
 
 # Instructions per request under callgrind, the no-op ceiling against sluice:
 # the number that confirms a speed change on a noisy machine.

@@ -29,6 +29,12 @@ pub struct MetricBounds {
     /// Bytes of one `detailed_metric` rule label; a longer one is folded into
     /// the rule's own path (`--max-metric-label-bytes`).
     pub label_bytes: usize,
+    /// Rules whose series one scrape shows (`--max-rule-series`): those
+    /// with traffic, the busiest first.
+    pub rule_series: usize,
+    /// Rules that may keep a usage history at once (`--max-usage-rules`),
+    /// each about 100 KiB once it has traffic.
+    pub usage_rules: usize,
 }
 
 impl Default for MetricBounds {
@@ -36,6 +42,8 @@ impl Default for MetricBounds {
         MetricBounds {
             detailed_sets: 10_000,
             label_bytes: 256,
+            rule_series: 10_000,
+            usage_rules: 1_000,
         }
     }
 }

@@ -26,6 +26,14 @@ pub struct RuleStats {
 }
 
 impl RuleStats {
+    /// Counters whose usage history joins `budget` (`--max-usage-rules`).
+    pub(crate) fn within(budget: Arc<crate::usage::UsageBudget>) -> RuleStats {
+        RuleStats {
+            usage: crate::usage::Usage::within(budget),
+            ..RuleStats::default()
+        }
+    }
+
     pub(crate) fn mark_detailed(&self) {
         self.detailed.store(true, Relaxed);
     }

@@ -147,7 +147,8 @@ fn keyed(key: &str) -> RateLimitConfig {
 
 /// 300 versions in a burst, each a different rule: a handful of
 /// generations are applied (not 300), the last one wins, and `/metrics`
-/// keeps series only for the rule in force.
+/// keeps series only for the rule in force (a rule has series once it has
+/// counted: the first and the last are asked once each).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_versions_is_coalesced_and_old_series_leave() {
     let ads_addr = free_addr();
@@ -159,6 +160,9 @@ async fn a_burst_of_versions_is_coalesced_and_old_series_leave() {
         &["--config-xds", &ads_addr.to_string()],
     );
     assert!(eventually(Duration::from_secs(10), || version(&s) == "v0"));
+    let mut c = s.client().await;
+    ask(&mut c, "xds", &[("k0", "a")]).await;
+    assert!(s.get("/metrics").1.contains("rule=\"k0\""));
     for i in 1..=300 {
         ads.push(&format!("v{i}"), &[keyed(&format!("k{i}"))]);
         tokio::time::sleep(Duration::from_millis(1)).await;
@@ -171,6 +175,7 @@ async fn a_burst_of_versions_is_coalesced_and_old_series_leave() {
         "sluice_bound_hits_total{bound=\"xds_coalesced\"}",
     );
     assert!(coalesced > Some(200.0), "{coalesced:?}");
+    ask(&mut c, "xds", &[("k300", "a")]).await;
     assert!(
         eventually(Duration::from_secs(5), || {
             let m = s.get("/metrics").1;

@@ -39,6 +39,16 @@ pub struct BoundArgs {
     /// Bytes of one detailed_metric rule label; longer ones are counted under the rule.
     #[arg(long, env = "SLUICE_MAX_METRIC_LABEL_BYTES", default_value_t = MetricBounds::default().label_bytes)]
     pub(crate) max_metric_label_bytes: usize,
+    /// Rules whose series /metrics shows: only rules that have counted
+    /// anything appear, at most this many (the busiest); the rest are
+    /// counted in sluice_rule_series_omitted.
+    #[arg(long, env = "SLUICE_MAX_RULE_SERIES", default_value_t = MetricBounds::default().rule_series)]
+    pub(crate) max_rule_series: usize,
+    /// Rules that keep a usage history (/api/usage, sluice advise) at once,
+    /// about 100 KiB each once they have traffic; later ones are not tracked
+    /// and counted in sluice_rule_usage_refused_total.
+    #[arg(long, env = "SLUICE_MAX_USAGE_RULES", default_value_t = MetricBounds::default().usage_rules)]
+    pub(crate) max_usage_rules: usize,
     /// Keys the console's top of over-limit descriptors keeps (memory is this
     /// many times two generations times 256 bytes at most); 0 turns it off.
     #[arg(long, env = "SLUICE_CONSOLE_TOP_KEYS", default_value_t = crate::console::TOP_KEYS)]
@@ -198,6 +208,8 @@ impl BoundArgs {
         MetricBounds {
             detailed_sets: self.max_detailed_metrics,
             label_bytes: self.max_metric_label_bytes,
+            rule_series: self.max_rule_series,
+            usage_rules: self.max_usage_rules,
         }
     }
 }

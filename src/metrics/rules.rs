@@ -19,6 +19,8 @@ type RuleMap = BTreeMap<Arc<str>, BTreeMap<Arc<str>, Arc<RuleStats>>>;
 #[derive(Debug)]
 pub(super) struct RuleTable {
     bounds: MetricBounds,
+    /// The usage histories every rule's counters share (`--max-usage-rules`).
+    usage: Arc<crate::usage::UsageBudget>,
     map: Mutex<RuleMap>,
     /// Distinct `detailed_metric` label sets so far (changed under `map`).
     detailed: AtomicUsize,
@@ -28,18 +30,23 @@ impl RuleTable {
     pub(super) fn new(bounds: MetricBounds) -> RuleTable {
         RuleTable {
             bounds,
+            usage: Arc::new(crate::usage::UsageBudget::new(bounds.usage_rules)),
             map: Mutex::default(),
             detailed: AtomicUsize::default(),
         }
     }
 
     pub(super) fn rule(&self, domain: &str, path: &str) -> Arc<RuleStats> {
-        self.map
-            .lock()
-            .entry(domain.into())
+        let mut map = self.map.lock();
+        // Borrowed lookup first: a reload of a million rules allocates
+        // nothing for the ones already counted.
+        if let Some(s) = map.get(domain).and_then(|paths| paths.get(path)) {
+            return s.clone();
+        }
+        map.entry(domain.into())
             .or_default()
             .entry(path.into())
-            .or_default()
+            .or_insert_with(|| Arc::new(RuleStats::within(self.usage.clone())))
             .clone()
     }
 
@@ -65,7 +72,7 @@ impl RuleTable {
             .entry(domain.into())
             .or_default()
             .entry(path.into())
-            .or_default()
+            .or_insert_with(|| Arc::new(RuleStats::within(self.usage.clone())))
             .clone();
         stats.mark_detailed();
         stats
@@ -94,14 +101,64 @@ impl RuleTable {
     }
 }
 
+const NO_LABELS: [(&str, &str); 0] = [];
+
 /// The labels of a rule's series.
 pub(super) fn labels(key: &RuleKey) -> [(&'static str, &str); 2] {
     [("domain", &*key.0), ("rule", &*key.1)]
 }
 
+impl RuleTable {
+    /// The rules a scrape shows: those that have counted anything (a
+    /// million configured customers cost a scrape nothing until they send),
+    /// at most `--max-rule-series` of them, the busiest first; and how many
+    /// with traffic were left out.
+    fn scraped(&self) -> (Vec<(RuleKey, Arc<RuleStats>)>, usize) {
+        let mut rules: Vec<(RuleKey, Arc<RuleStats>)> = self
+            .map
+            .lock()
+            .iter()
+            .flat_map(|(domain, paths)| {
+                paths
+                    .iter()
+                    .filter(|(_, s)| s.total_hits.load(Relaxed) > 0 || s.refunded.load(Relaxed) > 0)
+                    .map(|(path, v)| ((domain.clone(), path.clone()), v.clone()))
+            })
+            .collect();
+        let cap = self.bounds.rule_series;
+        let omitted = rules.len().saturating_sub(cap);
+        if omitted > 0 {
+            rules.select_nth_unstable_by_key(cap, |(_, s)| {
+                std::cmp::Reverse(s.total_hits.load(Relaxed))
+            });
+            rules.truncate(cap);
+            rules.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        }
+        (rules, omitted)
+    }
+}
+
 impl Collector for RuleTable {
     fn encode(&self, mut enc: DescriptorEncoder<'_>) -> encode::Result {
-        let rules = self.snapshot();
+        let (rules, omitted) = self.scraped();
+        encode::gauges(
+            &mut enc,
+            "sluice_rule_usage_tracked",
+            "Rules keeping a usage history now (at most --max-usage-rules).",
+            [(NO_LABELS, self.usage.used() as i64)],
+        )?;
+        encode::counters(
+            &mut enc,
+            "sluice_rule_usage_refused",
+            "Rules whose usage history was not started because --max-usage-rules were kept.",
+            [(NO_LABELS, self.usage.refused.load(Relaxed))],
+        )?;
+        encode::gauges(
+            &mut enc,
+            "sluice_rule_series_omitted",
+            "Rules with traffic whose series this scrape left out (past --max-rule-series, the least busy).",
+            [(NO_LABELS, omitted as i64)],
+        )?;
         for (name, help, get) in RULE_COUNTERS {
             encode::counters(
                 &mut enc,

@@ -7,8 +7,9 @@
 //! first request) whatever the number of keys, and a request costs one or
 //! two relaxed atomic adds.
 
+use std::sync::Arc;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use super::levels;
 
@@ -59,6 +60,53 @@ pub struct Usage {
     /// Completed periods folded into running totals (the exposition's
     /// histogram); only a scrape takes this lock.
     pub(crate) totals: parking_lot::Mutex<Totals>,
+    /// The fleet of histories this one may join (`--max-usage-rules`): a
+    /// history costs about 100 KiB, so a million per-customer rules must
+    /// not each grow one. None: unbounded (a rule table of its own).
+    budget: Option<Arc<UsageBudget>>,
+}
+
+/// How many limits may keep a usage history at once
+/// (`--max-usage-rules`), and how many first records were refused.
+#[derive(Debug)]
+pub struct UsageBudget {
+    max: usize,
+    used: AtomicUsize,
+    pub(crate) refused: AtomicU64,
+}
+
+impl UsageBudget {
+    pub fn new(max: usize) -> UsageBudget {
+        UsageBudget {
+            max,
+            used: AtomicUsize::new(0),
+            refused: AtomicU64::new(0),
+        }
+    }
+
+    /// Histories kept now.
+    pub(crate) fn used(&self) -> usize {
+        self.used.load(Relaxed)
+    }
+
+    fn take(&self) -> bool {
+        let took = self
+            .used
+            .fetch_update(Relaxed, Relaxed, |n| (n < self.max).then_some(n + 1))
+            .is_ok();
+        if !took {
+            self.refused.fetch_add(1, Relaxed);
+        }
+        took
+    }
+}
+
+impl Drop for Usage {
+    fn drop(&mut self) {
+        if let (Some(b), Some(_)) = (&self.budget, self.slots.get()) {
+            b.used.fetch_sub(1, Relaxed);
+        }
+    }
 }
 
 /// Running totals of completed periods: keys per exported bucket (not
@@ -77,6 +125,16 @@ pub(crate) fn period_of(window_s: u64) -> u64 {
 }
 
 impl Usage {
+    /// A history that joins `budget` on its first record.
+    pub fn within(budget: Arc<UsageBudget>) -> Usage {
+        Usage {
+            slots: OnceLock::new(),
+            window: AtomicU64::new(0),
+            totals: parking_lot::Mutex::default(),
+            budget: Some(budget),
+        }
+    }
+
     /// A counter of a window of `window_s` went from `before` to `after`
     /// at Unix second `now`, for `hits` (0 for a refund, which lowers it).
     pub(crate) fn record(&self, window_s: u64, now: u64, before: u64, after: u64, hits: u64) {
@@ -84,9 +142,25 @@ impl Usage {
         if from == to && hits == 0 {
             return;
         }
-        let slots = self
-            .slots
-            .get_or_init(|| (0..SLOTS).map(|_| Slot::new()).collect());
+        let slots = match self.slots.get() {
+            Some(slots) => slots,
+            None => {
+                // A first record joins the budget, or is not kept.
+                if self.budget.as_ref().is_some_and(|b| !b.take()) {
+                    return;
+                }
+                let mut built = false;
+                let slots = self.slots.get_or_init(|| {
+                    built = true;
+                    (0..SLOTS).map(|_| Slot::new()).collect()
+                });
+                if let (false, Some(b)) = (built, &self.budget) {
+                    // Another first record built it: give the place back.
+                    b.used.fetch_sub(1, Relaxed);
+                }
+                slots
+            }
+        };
         if self.window.load(Relaxed) != window_s {
             self.window.store(window_s, Relaxed);
         }
@@ -163,6 +237,26 @@ impl Usage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A million per-customer rules each with a first request must not each
+    /// grow a ~100 KiB history: a budget bounds them, and a rule that leaves
+    /// gives its place back.
+    #[test]
+    fn histories_are_bounded_by_their_budget() {
+        let budget = Arc::new(UsageBudget::new(2));
+        let rules: Vec<Usage> = (0..3).map(|_| Usage::within(budget.clone())).collect();
+        for u in &rules {
+            u.record(60, 1000, 0, 1, 1);
+        }
+        assert_eq!(budget.used(), 2);
+        assert_eq!(budget.refused.load(Relaxed), 1);
+        assert_eq!(rules.iter().filter(|u| u.footprint() > 0).count(), 2);
+        drop(rules);
+        assert_eq!(budget.used(), 0, "every place given back");
+        let late = Usage::within(budget.clone());
+        late.record(60, 1000, 0, 1, 1);
+        assert!(late.footprint() > 0);
+    }
 
     #[test]
     fn crossings_count_keys_per_level_and_refunds_take_them_back() {

@@ -19,7 +19,7 @@ pub(crate) mod levels;
 pub(crate) mod query;
 mod report;
 
-pub use history::Usage;
+pub use history::{Usage, UsageBudget};
 pub(crate) use report::{advice_table, domain_report, limit_report};
 
 use crate::limiter::Tally;

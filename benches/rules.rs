@@ -1,0 +1,182 @@
+//! `make bench` (rules): per-customer rules at a platform's scale, as a
+//! billing system generates them (`key: api_key`, `value: cust<N>`, each
+//! customer's own `requests_per_unit`), in one file. For each size: how long
+//! `sluice check` takes and its peak memory, how long `sluice serve` takes
+//! to answer and what it holds, its throughput against the 10-rule case
+//! (each request one customer's value, spread over many customers), and
+//! the p99 at a fixed rate while the whole set reloads, against the same
+//! rate with no reload. `RULES_SIZES=10,10000` to choose the sizes.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Sluice, workspace};
+
+fn release_bin() -> String {
+    workspace()
+        .join("target/release/sluice")
+        .display()
+        .to_string()
+}
+
+fn customers(n: usize, bump: u32) -> String {
+    let mut s = String::with_capacity(n * 90 + 64);
+    s.push_str("domain: saas\ndescriptors:\n");
+    for i in 0..n {
+        let limit = 1_000_000 + (i as u32 % 50) + bump;
+        s.push_str(&format!(
+            "  - key: api_key\n    value: cust{i}\n    rate_limit:\n      unit: minute\n      requests_per_unit: {limit}\n"
+        ));
+    }
+    s
+}
+
+/// Peak resident memory of `pid` so far, in bytes (`VmHWM`).
+fn peak(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    };
+    field("VmHWM:").max(field("VmRSS:"))
+}
+
+/// `sluice check` on `dir`: seconds and peak memory.
+fn check(dir: &Path) -> (f64, u64) {
+    let started = Instant::now();
+    let mut child = Command::new(release_bin())
+        .arg("check")
+        .args(["--max-rule-file-nodes", "100000000"])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("check");
+    let mut high = 0;
+    loop {
+        high = high.max(peak(child.id()));
+        if let Ok(Some(status)) = child.try_wait() {
+            assert!(status.success(), "check failed on {}", dir.display());
+            return (started.elapsed().as_secs_f64(), high);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// `sluice bench` against `s` on `keys` customers: its JSON line.
+fn bench(s: &Sluice, keys: usize, rate: Option<u32>, secs: u64) -> serde_json::Value {
+    let mut c = Command::new(release_bin());
+    c.args([
+        "bench",
+        "--json",
+        "--domain",
+        "saas",
+        "--descriptor",
+        "api_key=cust{n}",
+    ])
+    .args(["--target", &s.grpc.to_string(), "--keys", &keys.to_string()])
+    .args(["--duration", &format!("{secs}s")]);
+    if let Some(r) = rate {
+        c.args(["--rate", &r.to_string()]);
+    }
+    let out = c.output().expect("bench");
+    serde_json::from_slice(&out.stdout).unwrap_or_default()
+}
+
+struct Row {
+    rules: usize,
+    check_s: f64,
+    check_mb: f64,
+    ready_s: f64,
+    rss_mb: f64,
+    rps: f64,
+    p99_ms: f64,
+    reload_p99_ms: f64,
+    reload_s: f64,
+}
+
+fn one(n: usize) -> Row {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("customers.yaml");
+    std::fs::write(&file, customers(n, 0)).expect("rules");
+    let (check_s, check_peak) = check(dir.path());
+    let started = Instant::now();
+    let s = Sluice::start_in(dir.path(), &["--max-rule-file-nodes", "100000000"]);
+    let ready_s = started.elapsed().as_secs_f64();
+    let rss = peak(s.pid());
+    let keys = n.min(100_000);
+    let _ = bench(&s, keys, None, 1);
+    let rps = bench(&s, keys, None, 4)["rps"].as_f64().unwrap_or(0.0);
+    let quiet = bench(&s, keys, Some(2_000), 4)["p99_us"]
+        .as_f64()
+        .unwrap_or(0.0);
+    // The same rate while the whole set is rewritten and reloaded.
+    let admin = s.admin;
+    let generation = move || {
+        let (_, body) = common::http(admin, "GET", "/readyz", "");
+        serde_json::from_str::<serde_json::Value>(&body).unwrap_or_default()["config"]["generation"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let before = generation();
+    let writer = {
+        let file = file.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(500));
+            std::fs::write(&file, customers(n, 1)).expect("rules");
+            let written = Instant::now();
+            common::eventually(Duration::from_secs(120), || generation() > before);
+            written.elapsed().as_secs_f64()
+        })
+    };
+    let during = bench(&s, keys, Some(2_000), 4)["p99_us"]
+        .as_f64()
+        .unwrap_or(0.0);
+    let reload_s = writer.join().expect("writer");
+    Row {
+        rules: n,
+        check_s,
+        check_mb: check_peak as f64 / 1e6,
+        ready_s,
+        rss_mb: rss as f64 / 1e6,
+        rps,
+        p99_ms: quiet / 1000.0,
+        reload_p99_ms: during / 1000.0,
+        reload_s,
+    }
+}
+
+fn main() {
+    let sizes: Vec<usize> = std::env::var("RULES_SIZES")
+        .unwrap_or_else(|_| "10,10000,100000,1000000".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let rows: Vec<Row> = sizes.into_iter().map(one).collect();
+    let base = rows.first().map_or(1.0, |r| r.rps.max(1.0));
+    println!(
+        "\n| rules | check | check peak | serve ready | serve RSS | req/s | vs first | p99 at 2,000/s | p99 while reloading | reload seen within |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for r in rows {
+        println!(
+            "| {} | {:.2} s | {:.0} MB | {:.2} s | {:.0} MB | {:.0} | {:.2} | {:.2} ms | {:.2} ms | {:.1} s |",
+            r.rules,
+            r.check_s,
+            r.check_mb,
+            r.ready_s,
+            r.rss_mb,
+            r.rps,
+            r.rps / base,
+            r.p99_ms,
+            r.reload_p99_ms,
+            r.reload_s
+        );
+    }
+}
