@@ -174,10 +174,12 @@ impl LiveRules {
         version: &str,
     ) -> Result<Reload, LoadError> {
         let _serial = self.reload_lock.lock();
+        // Only a push that compiles is kept for an overlay reload: one that
+        // was refused (NACKed) is never put in force by a later edit.
         let result = pushed.and_then(|(files, hash)| {
-            let rules = self.compile_pushed(files.clone(), hash);
+            let rules = self.compile_pushed(files.clone(), hash)?;
             *self.pushed.lock() = Some((files, hash));
-            rules
+            Ok(rules)
         });
         let outcome = self.install(result, "xDS");
         if outcome.is_ok() {
