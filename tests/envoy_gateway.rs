@@ -219,6 +219,18 @@ fn stats_until(socket: &UdpSocket, want: &[&str], within: Duration) -> String {
     seen
 }
 
+/// Envoy Gateway's xDS server side: its certificate, and sluice's client
+/// certificate required (the CA in `dir`).
+fn xds_server_tls(dir: &Path) -> tonic::transport::ServerTlsConfig {
+    let read = |f: &str| std::fs::read(dir.join(f)).expect("cert");
+    tonic::transport::ServerTlsConfig::new()
+        .identity(tonic::transport::Identity::from_pem(
+            read("server.pem"),
+            read("server.key"),
+        ))
+        .client_ca_root(tonic::transport::Certificate::from_pem(read("ca.pem")))
+}
+
 fn run(start: impl FnOnce(&Path, &[(String, String)]) -> Running, certs_in_env: Option<&str>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let certs = secret(dir.path());
@@ -229,13 +241,7 @@ fn run(start: impl FnOnce(&Path, &[(String, String)]) -> Running, certs_in_env: 
     let redis = RedisServer::start();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let _enter = rt.enter();
-    let read = |f: &str| std::fs::read(dir.path().join(f)).expect("cert");
-    let tls = tonic::transport::ServerTlsConfig::new()
-        .identity(tonic::transport::Identity::from_pem(
-            read("server.pem"),
-            read("server.key"),
-        ))
-        .client_ca_root(tonic::transport::Certificate::from_pem(read("ca.pem")));
+    let tls = xds_server_tls(dir.path());
     let xds: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
     let ads = Ads::default();
     let _server = serve_tls(ads.clone(), xds, Some(tls));

@@ -210,11 +210,8 @@ fn flood(target: std::net::SocketAddr, secs: u64, dir: &std::path::Path) -> std:
         .output()
         .is_ok()
     {
-        use prost::Message as _;
         let req = request("shop", vec![descriptor(&[("flood", "one")])]);
-        let mut body = vec![0u8];
-        body.extend_from_slice(&(req.encoded_len() as u32).to_be_bytes());
-        req.encode(&mut body).expect("encode");
+        let body = grpc_frame(&req);
         let file = dir.join(format!("flood-{}.bin", target.port()));
         std::fs::write(&file, body).expect("body");
         let mut c = std::process::Command::new("h2load");

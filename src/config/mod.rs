@@ -206,10 +206,24 @@ pub fn load_dir_shaped(
 
 /// The text of every rule file under `dir`.
 fn read_dir(dir: &Path, opts: LoadOptions) -> Result<Vec<(PathBuf, String)>, LoadError> {
-    let walk::Found { files, mut errors } = walk::find(dir, opts.max_files)?;
-    if files.is_empty() && errors.is_empty() {
+    let (texts, errors) = read_files(dir, opts.max_files)?;
+    if texts.is_empty() && errors.is_empty() {
         return Err(LoadError::Empty(dir.to_path_buf()));
     }
+    if errors.is_empty() {
+        Ok(texts)
+    } else {
+        Err(LoadError::Invalid(errors))
+    }
+}
+
+/// Files read (path and text), and those that could not be.
+type Read = (Vec<(PathBuf, String)>, Vec<ConfigError>);
+
+/// Every `*.yaml`/`*.yml` file under `dir` read, and the ones that could
+/// not be (rule files and overlays are found alike).
+fn read_files(dir: &Path, max_files: usize) -> Result<Read, LoadError> {
+    let walk::Found { files, mut errors } = walk::find(dir, max_files)?;
     let mut texts = Vec::with_capacity(files.len());
     for file in files {
         match std::fs::read_to_string(&file) {
@@ -222,11 +236,7 @@ fn read_dir(dir: &Path, opts: LoadOptions) -> Result<Vec<(PathBuf, String)>, Loa
             }),
         }
     }
-    if errors.is_empty() {
-        Ok(texts)
-    } else {
-        Err(LoadError::Invalid(errors))
-    }
+    Ok((texts, errors))
 }
 
 /// Validates and compiles rule files already read: `(path, text)` in the

@@ -43,19 +43,7 @@ impl Overlay {
     /// Reads every `*.yaml`/`*.yml` file under `dir` (as rule files are
     /// found); any error in any file refuses the whole overlay.
     pub fn load(dir: &Path, max_files: usize) -> Result<Overlay, LoadError> {
-        let super::walk::Found { files, mut errors } = super::walk::find(dir, max_files)?;
-        let mut texts = Vec::with_capacity(files.len());
-        for file in files {
-            match std::fs::read_to_string(&file) {
-                Ok(text) => texts.push((file, text)),
-                Err(e) => errors.push(ConfigError {
-                    file,
-                    position: None,
-                    field: String::new(),
-                    message: format!("error loading overlay file: {e}"),
-                }),
-            }
-        }
+        let (texts, mut errors) = super::read_files(dir, max_files)?;
         let mut overlay = Overlay::default();
         let mut hasher = DefaultHasher::new();
         for (file, text) in &texts {

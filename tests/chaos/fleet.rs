@@ -169,12 +169,9 @@ impl Fleet {
         if !on {
             return;
         }
-        use prost::Message as _;
         let req =
             super::common::request("chaos", vec![super::common::descriptor(&[("flood", "x")])]);
-        let mut body = vec![0u8];
-        body.extend_from_slice(&u32::try_from(req.encoded_len()).unwrap_or(0).to_be_bytes());
-        req.encode(&mut body).expect("encode");
+        let body = super::common::grpc_frame(&req);
         let file = self.dir.path().join(".flood.bin");
         std::fs::write(&file, body).expect("body");
         for i in &self.instances {

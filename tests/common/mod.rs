@@ -384,6 +384,19 @@ pub fn sluice_check(dir: &Path) -> std::process::Output {
         .expect("sluice check")
 }
 
+/// `req` as one gRPC frame (no compression), the body h2load sends.
+pub fn grpc_frame(req: &RateLimitRequest) -> Vec<u8> {
+    use prost::Message as _;
+    let mut body = vec![0u8];
+    body.extend_from_slice(
+        &u32::try_from(req.encoded_len())
+            .unwrap_or(u32::MAX)
+            .to_be_bytes(),
+    );
+    req.encode(&mut body).expect("encode");
+    body
+}
+
 /// Polls `f` until it returns true or `within` passes.
 pub fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + within;

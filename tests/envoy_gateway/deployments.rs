@@ -13,7 +13,7 @@ use std::time::Duration;
 use super::common::ads::{Ads, config, serve_tls};
 use super::common::redis::{RedisServer, free_port};
 use super::common::{eventually, workspace};
-use super::{get, secret, start_binary};
+use super::{get, secret, start_binary, xds_server_tls};
 
 /// Each Deployment's file and the environment of its `envoy-ratelimit`
 /// container (a value from a secret or a field as a stand-in).
@@ -201,13 +201,7 @@ fn every_envoy_gateway_deployment_starts_and_decides() {
         let redis = redis_for(&env);
         let rt = tokio::runtime::Runtime::new().expect("runtime");
         let _enter = rt.enter();
-        let read = |f: &str| std::fs::read(dir.path().join(f)).expect("cert");
-        let tls = tonic::transport::ServerTlsConfig::new()
-            .identity(tonic::transport::Identity::from_pem(
-                read("server.pem"),
-                read("server.key"),
-            ))
-            .client_ca_root(tonic::transport::Certificate::from_pem(read("ca.pem")));
+        let tls = xds_server_tls(dir.path());
         let xds = free_port();
         let ads = Ads::default();
         ads.push("v1", &[config(3, 1)]);
