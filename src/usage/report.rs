@@ -69,6 +69,11 @@ pub(crate) fn domain_report(name: &str, domain: &Domain, now: u64) -> Value {
         .filter_map(|r| {
             let (limit, window) = limited(r)?;
             let periods = history(r, window, now);
+            // Rules with no history are left out: the report stays within
+            // --max-usage-rules however many rules are configured.
+            if periods.is_empty() {
+                return None;
+            }
             let keys = pooled(&periods);
             Some(json!({
                 "rule": &*r.label,
