@@ -358,8 +358,8 @@ async fn json_decide(State(s): State<AdminState>, body: Bytes) -> Response {
 
 async fn reload(State(s): State<AdminState>) -> Response {
     let rules = s.limiter.rules().clone();
-    match tokio::task::spawn_blocking(move || rules.reload("POST /reload")).await {
-        Ok(Ok(Reload::Swapped {
+    match crate::config::watch::reload_behind(rules, "POST /reload").await {
+        Some(Ok(Reload::Swapped {
             generation,
             domains,
             changes,
@@ -371,18 +371,18 @@ async fn reload(State(s): State<AdminState>) -> Response {
             let body = json!({"status": "reloaded", "generation": generation, "changes": changes, "domains": domains});
             axum::Json(body).into_response()
         }
-        Ok(Ok(Reload::Unchanged { generation })) => {
+        Some(Ok(Reload::Unchanged { generation })) => {
             axum::Json(json!({"status": "unchanged", "generation": generation})).into_response()
         }
-        Ok(Err(e)) => {
+        Some(Err(e)) => {
             let generation = s.limiter.rules().status().generation;
             let body =
                 json!({"status": "rejected", "generation": generation, "error": e.to_string()});
             (StatusCode::UNPROCESSABLE_ENTITY, axum::Json(body)).into_response()
         }
-        Err(e) => (
+        None => (
             StatusCode::INTERNAL_SERVER_ERROR,
-            format!("reload task failed: {e}\n"),
+            "the reload thread could not run\n",
         )
             .into_response(),
     }

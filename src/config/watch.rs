@@ -87,17 +87,47 @@ impl Watch {
                     "poll"
                 }
             };
-            let rules = self.rules.clone();
             // Logging and metrics happen inside reload; the outcome is not
             // needed here. Shutdown does not wait for a reload in progress:
             // it is left to finish on its thread while the process exits.
-            let reload = tokio::task::spawn_blocking(move || rules.reload(cause));
+            let reload = reload_behind(self.rules.clone(), cause);
             tokio::select! {
                 () = token.cancelled() => return,
                 _ = reload => {}
             }
         }
     }
+}
+
+/// Runs a reload on a thread of its own at a lower CPU priority: see
+/// [`behind`]. `None` when the thread could not be started.
+pub async fn reload_behind(
+    rules: Arc<LiveRules>,
+    cause: &'static str,
+) -> Option<Result<super::Reload, super::LoadError>> {
+    behind(move || rules.reload(cause)).await
+}
+
+/// Runs `work` (loading and compiling rules) on a thread of its own at a
+/// lower CPU priority (nice 10), so compiling a million rules on a small
+/// host takes the cores requests leave idle instead of sharing them
+/// equally: the old rules answer, at their usual speed, until the new ones
+/// are whole. `None` when the thread could not be started or ended without
+/// an answer.
+pub async fn behind<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let spawned = std::thread::Builder::new()
+        .name("sluice-reload".into())
+        .spawn(move || {
+            // The calling thread only (Linux keeps a nice value per thread);
+            // where it cannot be lowered, the work runs as it is.
+            let _ = rustix::process::setpriority_process(None, 10);
+            let _ = tx.send(work());
+        });
+    if spawned.is_err() {
+        return None;
+    }
+    rx.await.ok()
 }
 
 async fn debounce(events: &mut mpsc::Receiver<()>) {

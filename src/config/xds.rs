@@ -124,7 +124,7 @@ pub async fn run(cfg: XdsConfig, rules: Arc<LiveRules>, token: CancellationToken
 }
 
 /// One stream: subscribe, then apply and answer every response.
-async fn stream(cfg: &XdsConfig, rules: &LiveRules) -> Result<(), String> {
+async fn stream(cfg: &XdsConfig, rules: &Arc<LiveRules>) -> Result<(), String> {
     let mut client = AggregatedDiscoveryServiceClient::new(channel(cfg).await?);
     let (tx, rx) = mpsc::channel(4);
     let node = node(cfg);
@@ -179,7 +179,7 @@ fn node(cfg: &XdsConfig) -> XdsNode {
 /// together than `--xds-min-apply-interval`, and answers each applied one.
 async fn follow(
     cfg: &XdsConfig,
-    rules: &LiveRules,
+    rules: &Arc<LiveRules>,
     mut responses: tonic::Streaming<DiscoveryResponse>,
     tx: &mpsc::Sender<DiscoveryRequest>,
     node: &XdsNode,
@@ -202,7 +202,17 @@ async fn follow(
             }
             () = tokio::time::sleep_until(next_apply), if pending.is_some() => {
                 let Some(resp) = pending.take() else { continue };
-                let ack = answer(&resp, rules, &mut applied, node);
+                // Compiled off the runtime, behind requests (see `behind`).
+                let (rules, node, last) = (rules.clone(), node.clone(), applied.clone());
+                let done = super::watch::behind(move || {
+                    let mut applied = last;
+                    let ack = answer(&resp, &rules, &mut applied, &node);
+                    (ack, applied)
+                });
+                let Some((ack, now)) = done.await else {
+                    return Err("the thread that compiles pushed rules could not run".into());
+                };
+                applied = now;
                 tx.send(ack).await.map_err(|e| e.to_string())?;
                 next_apply = tokio::time::Instant::now() + cfg.min_apply_interval;
             }
