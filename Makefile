@@ -21,11 +21,11 @@ ENVOY := .tools/envoy-pkg/envoy/_bin/envoy
 # package; sentinel mode included), openssl for the TLS tests' certificates,
 # promtool (Debian's prometheus package) for the alert rules, h2load
 # (nghttp2-client) for the CPU flood of tests/starved.rs, and Envoy.
-APT_PACKAGES = redis-server openssl prometheus chromium chromium-driver memcached nghttp2-client
+APT_PACKAGES = redis-server openssl prometheus chromium chromium-driver memcached nghttp2-client faketime
 
 deps: envoy
-	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null && command -v openssl >/dev/null && command -v promtool >/dev/null && command -v chromium >/dev/null && command -v chromedriver >/dev/null && command -v memcached >/dev/null && command -v h2load >/dev/null || { \
-	  echo "installing redis-server, openssl, prometheus (for promtool), chromium and chromium-driver (for the console test), memcached and nghttp2-client (for h2load) (apt)"; \
+	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null && command -v openssl >/dev/null && command -v promtool >/dev/null && command -v chromium >/dev/null && command -v chromedriver >/dev/null && command -v memcached >/dev/null && command -v h2load >/dev/null && command -v faketime >/dev/null || { \
+	  echo "installing redis-server, openssl, prometheus (for promtool), chromium and chromium-driver (for the console test), memcached, nghttp2-client (for h2load) and faketime (for clock faults) (apt)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get install -y -q $(APT_PACKAGES) >/dev/null 2>&1 || \
 	  { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q $(APT_PACKAGES) >/dev/null; }; }

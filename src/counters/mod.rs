@@ -172,6 +172,7 @@ fn descriptor(d: &PeekedDescriptor, why: Option<&Explanation<'_>>) -> Value {
 fn limit(l: &PeekedLimit) -> Value {
     let (count, decided_by) = match l.tally {
         Tally::Count(c) | Tally::Slots { held: c, .. } => (Some(c), "store"),
+        Tally::Moved(c) => (Some(c), "store (the window of its clock)"),
         Tally::Sliding { current, .. } => (Some(current), "store"),
         // Tokens taken from a full bucket.
         Tally::Bucket { .. } => (
@@ -223,7 +224,10 @@ fn counts(limits: &[PeekedLimit]) -> String {
     limits
         .iter()
         .map(|l| match l.tally {
-            Tally::Count(c) | Tally::Sliding { current: c, .. } | Tally::Slots { held: c, .. } => {
+            Tally::Count(c)
+            | Tally::Moved(c)
+            | Tally::Sliding { current: c, .. }
+            | Tally::Slots { held: c, .. } => {
                 format!("{}={c}", l.rule)
             }
             _ => format!("{}=-", l.rule),

@@ -110,6 +110,11 @@ pub enum Tally {
     /// earlier in the current window (`None` for a release, a look, or a
     /// store that could not say).
     Slots { held: u64, peak: Option<u64> },
+    /// A fixed window's count after adding, in the store's window where
+    /// that is not the one asked: the store's clock put the request across
+    /// a boundary from the instance's. Judged as its count; never leased
+    /// from or remembered for the window asked.
+    Moved(u64),
     /// The store did not count: a failure policy decided instead.
     Decided(Decision),
     /// A fixed window's count answered from the local over-limit cache:

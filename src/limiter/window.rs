@@ -1,7 +1,6 @@
 //! Fixed windows aligned to the Unix epoch, with the reference's unit lengths.
 
 use std::fmt;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::calendar;
 
@@ -166,28 +165,22 @@ impl fmt::Display for Period {
 pub struct Now(pub u64);
 
 impl Now {
-    /// The wall clock in milliseconds since the epoch (sliding windows weigh
-    /// the previous window by it).
-    /// The wall clock, in microseconds: a request's one reading, from which
-    /// its second, its millisecond and its buckets' refill all follow.
+    /// The clock decisions follow ([`clock`](super::clock): the shared
+    /// store's once read), in microseconds: a request's one reading, from
+    /// which its second, its millisecond and its buckets' refill all follow.
     pub fn wall_us() -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+        super::clock::now_us()
     }
 
+    /// The same clock in milliseconds (sliding windows weigh the previous
+    /// window by it).
     pub fn wall_ms() -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        Self::wall_us() / 1000
     }
 
-    /// The wall clock, in whole seconds.
+    /// The same clock, in whole seconds.
     pub fn wall() -> Now {
-        Now(SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0))
+        Now(Self::wall_us() / 1_000_000)
     }
 }
 

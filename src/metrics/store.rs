@@ -98,32 +98,46 @@ impl Collector for StoreMetrics {
             "Descriptors answered from allowance leased from the shared store, without a store call.",
             self.allowance_answers.load(Relaxed),
         )?;
+        self.encode_local(&mut enc)
+    }
+}
+
+impl StoreMetrics {
+    /// What this instance keeps beside the store: leases, the breaker, the
+    /// clock it follows, the counters in memory.
+    fn encode_local(&self, enc: &mut DescriptorEncoder<'_>) -> encode::Result {
         encode::counter(
-            &mut enc,
+            enc,
             "sluice_store_allowance_leases",
             "Chunks of a limit leased from the shared store (one store call each).",
             self.allowance_leases.load(Relaxed),
         )?;
         encode::counter(
-            &mut enc,
+            enc,
             "sluice_store_allowance_stranded",
             "Leased hits never spent: the lease lapsed (its window ended, half a second passed, it was replaced or dropped), so no instance admits them.",
             self.allowance_stranded.load(Relaxed),
         )?;
         encode::counter(
-            &mut enc,
+            enc,
             "sluice_store_circuit_trips",
             "Times the store was declared down.",
             self.trips.load(Relaxed),
         )?;
         encode::gauge(
-            &mut enc,
+            enc,
+            "sluice_store_clock_offset_milliseconds",
+            "How far the clock windows are picked by (Redis's, read every 5 s) is ahead of this host's wall clock (negative: behind); 0 before Redis was read.",
+            crate::limiter::clock::offset_ms(),
+        )?;
+        encode::gauge(
+            enc,
             "sluice_memory_counters",
             "Counters held in memory (the memory store or the fallback), at the last sweep.",
             gauge_value(self.counters_live.load(Relaxed)),
         )?;
         encode::counter(
-            &mut enc,
+            enc,
             "sluice_memory_counter_evictions",
             "Live counters dropped because --max-counters was reached.",
             self.counter_evictions.load(Relaxed),

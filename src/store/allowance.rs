@@ -214,9 +214,20 @@ impl Allowance {
     /// trusted (a request that starts later asks the store after the take's
     /// count, so its answer can judge the lease).
     pub(crate) fn took(&self, inc: &Increment, chunk: u64, tally: Tally, had_us: u64) -> Tally {
-        let Tally::Count(after) = tally else {
-            self.abandon(inc);
-            return tally;
+        let after = match tally {
+            Tally::Count(after) => after,
+            // Counted in the store's window, not the one asked: nothing is
+            // leased, and the request's own answer is its position.
+            Tally::Moved(after) => {
+                self.abandon(inc);
+                let unspent = chunk.saturating_sub(inc.hits);
+                self.stranded.fetch_add(unspent, Relaxed);
+                return Tally::Moved(after.saturating_sub(chunk).saturating_add(inc.hits));
+            }
+            _ => {
+                self.abandon(inc);
+                return tally;
+            }
         };
         let pos = after.saturating_sub(chunk).saturating_add(inc.hits);
         let lease = Lease {

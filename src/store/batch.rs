@@ -19,15 +19,14 @@ use tokio::time::Instant;
 use super::StoreError;
 use super::coalesce::Coalesced;
 use super::pool::{Manager, Pooled};
-use super::script::{ANSWERS, Op, decode};
-use crate::limiter::Tally;
+use super::script::{ANSWERS, Answer, Op, decode};
 
 /// Keys above which a batch is sent without waiting for more.
 const MAX_BATCH_KEYS: usize = 512;
 /// Requests that may wait for the batcher before senders are held back.
 const QUEUE: usize = 16_384;
 
-type Reply = Result<Vec<Tally>, StoreError>;
+type Reply = Result<Vec<Answer>, StoreError>;
 
 /// One request's part of a batch.
 struct Job {

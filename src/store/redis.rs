@@ -12,11 +12,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
-use futures_util::future::try_join_all;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::Slot;
 use redis::{IntoConnectionInfo, Script};
 
+mod clock;
+mod count;
 mod keys;
 mod reset;
 mod target;
@@ -31,11 +31,10 @@ use super::io_thread::IoThread;
 pub use super::pool::RedisTls;
 use super::pool::{self, Manager, Pooled, classify};
 pub use super::script::EXPIRY_SLACK_SECONDS;
-use super::script::{Op, SCRIPT, decode};
+use super::script::{SCRIPT, decode};
 pub use super::sentinel::Sentinel;
 use super::{Increment, StoreError};
-use crate::limiter::Now;
-use crate::limiter::{Algorithm, Decision, Tally};
+use crate::limiter::Tally;
 
 /// Settings of the Redis store.
 #[derive(Debug, Clone)]
@@ -143,6 +142,7 @@ impl RedisStore {
                 let client = builder.build().map_err(unavailable)?;
                 let mut conn = client.get_async_connection().await.map_err(unavailable)?;
                 let rtt = self.probe_script(&mut conn).await?;
+                clock::read(&mut conn).await;
                 // A PING reaches any node; a cluster short of a master (before
                 // its replica takes over) still answers it, and would be
                 // declared back only to fail again on that master's slots.
@@ -159,7 +159,9 @@ impl RedisStore {
                 (Live::Cluster(conn), rtt)
             }
         };
-        self.live.store(Some(Arc::new(live)));
+        let live = Arc::new(live);
+        tokio::spawn(clock::keep_following(Arc::downgrade(&live)));
+        self.live.store(Some(live));
         Ok(rtt)
     }
 
@@ -179,90 +181,6 @@ impl RedisStore {
         conn: &mut impl redis::aio::ConnectionLike,
     ) -> Result<Duration, StoreError> {
         probe_script(&self.config.prefix, &self.script, conn).await
-    }
-
-    /// Runs the script for the batch; tallies come back in batch order.
-    pub async fn increment(&self, batch: &[&Increment]) -> Result<Vec<Tally>, StoreError> {
-        let live = self
-            .live
-            .load_full()
-            .ok_or_else(|| StoreError::Unavailable("not connected".into()))?;
-        let ops: Vec<Op> = batch
-            .iter()
-            .map(|i| Op::new(i, self.keys(i), Now(i.at_us / 1_000_000)))
-            .collect();
-        match &*live {
-            Live::Single(batcher, _) => batcher.increment(ops).await,
-            Live::Cluster(conn) => {
-                // One script per slot (a sliding window's two keys share one).
-                let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
-                for (i, op) in ops.iter().enumerate() {
-                    let slot = Slot::for_key(op.keys.first().map_or("", String::as_str));
-                    match groups.iter_mut().find(|(s, _)| *s == slot) {
-                        Some((_, idx)) => idx.push(i),
-                        None => groups.push((slot, vec![i])),
-                    }
-                }
-                let results = try_join_all(groups.iter().map(|(_, idx)| {
-                    let mut conn = conn.clone();
-                    let ops = &ops;
-                    async move { self.run(&mut conn, ops, idx).await }
-                }))
-                .await?;
-                let mut tallies = vec![Tally::Decided(Decision::Refuse); batch.len()];
-                for ((_, idx), group) in groups.iter().zip(results) {
-                    for (i, tally) in idx.iter().zip(group) {
-                        if let Some(t) = tallies.get_mut(*i) {
-                            *t = tally;
-                        }
-                    }
-                }
-                Ok(tallies)
-            }
-        }
-    }
-
-    async fn run(
-        &self,
-        conn: &mut impl redis::aio::ConnectionLike,
-        ops: &[Op],
-        idx: &[usize],
-    ) -> Result<Vec<Tally>, StoreError> {
-        let mut inv = self.script.prepare_invoke();
-        let mine: Vec<&Op> = idx.iter().filter_map(|&i| ops.get(i)).collect();
-        for op in &mine {
-            op.add_to(&mut inv);
-        }
-        let raw: Vec<i64> = inv.invoke_async(conn).await.map_err(|e| classify(&e))?;
-        decode(mine.iter().map(|o| o.kind()), &raw)
-    }
-
-    /// The Redis keys of one increment: its window's, and for a sliding
-    /// window also the previous window's.
-    fn keys(&self, inc: &Increment) -> Vec<String> {
-        let key = |start| {
-            render_key(
-                &self.config.prefix,
-                self.config.key_format,
-                &inc.key,
-                inc.algorithm,
-                start,
-                inc.window.period,
-            )
-        };
-        match inc.algorithm {
-            Algorithm::FixedWindow => vec![key(inc.window.start.0)],
-            Algorithm::SlidingWindow => {
-                vec![key(inc.window.start.0), key(inc.window.previous().start.0)]
-            }
-            Algorithm::TokenBucket { .. } => vec![key(0)],
-            // The slots, and the most held at once in the current window.
-            Algorithm::Concurrency => {
-                let counter = key(0);
-                let usage = usage_key(&counter);
-                vec![counter, usage]
-            }
-        }
     }
 
     /// Writes a member's demand to its bucket's hash and reads the fleet's.
@@ -306,6 +224,7 @@ async fn open_single(
     let pool = Pooled::open(Manager(client), config.pool_size, config.connect_timeout).await?;
     let mut conn = pool.get().await?.clone();
     let rtt = probe_script(&config.prefix, &script, &mut conn).await?;
+    clock::read(&mut conn).await;
     let in_flight = usize::try_from(config.pool_size).unwrap_or(1);
     Ok((
         Live::Single(Batcher::start(pool.clone(), script, in_flight), pool),

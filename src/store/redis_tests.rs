@@ -1,7 +1,7 @@
 //! Key rendering, masking and seeds.
 
 use super::*;
-use crate::limiter::{Unit, Window};
+use crate::limiter::{Algorithm, Now, Unit, Window};
 use crate::store::CounterKey;
 
 #[test]

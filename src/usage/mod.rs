@@ -32,7 +32,7 @@ use crate::limiter::Tally;
 /// each key is crossed once per window across the fleet.
 pub(crate) fn crossing(tally: Tally, hits: u64, refund: bool) -> Option<(u64, u64, u64)> {
     let after = match tally {
-        Tally::Count(c) | Tally::Sliding { current: c, .. } => c,
+        Tally::Count(c) | Tally::Moved(c) | Tally::Sliding { current: c, .. } => c,
         Tally::Bucket {
             asked: Some(asked), ..
         } => asked,

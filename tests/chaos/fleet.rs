@@ -3,7 +3,7 @@
 //! alone), all reading one rule directory.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -59,6 +59,8 @@ pub struct Fleet {
     pub proxies: Vec<Proxy>,
     pub instances: Vec<Instance>,
     pub dir: tempfile::TempDir,
+    /// Each instance's libfaketime offset file (`+0` until a clock step).
+    clocks: tempfile::TempDir,
     args: Vec<String>,
     flood: Mutex<Vec<Child>>,
 }
@@ -74,10 +76,14 @@ impl Fleet {
             .collect();
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let proxies: Vec<Proxy> = (0..n).map(|_| Proxy::start(redis.port)).collect();
+        let clocks = tempfile::tempdir().expect("tempdir");
         let instances = proxies
             .iter()
-            .map(|p| {
-                let s = start(dir.path(), "127.0.0.1:0", p.port, &args);
+            .enumerate()
+            .map(|(i, p)| {
+                let clock = clocks.path().join(format!("clock-{i}"));
+                std::fs::write(&clock, "+0").expect("clock");
+                let s = start(dir.path(), "127.0.0.1:0", p.port, &args, &clock);
                 let ready = super::common::eventually(Duration::from_secs(10), || {
                     s.readyz()["status"] == "ready"
                 });
@@ -93,6 +99,7 @@ impl Fleet {
             proxies,
             instances,
             dir,
+            clocks,
             args,
             flood: Mutex::new(Vec::new()),
         }
@@ -129,8 +136,25 @@ impl Fleet {
             &inst.grpc.to_string(),
             self.proxies[i].port,
             &self.args,
+            &self.clock(i),
         );
         *inst.sluice.lock().expect("instance") = Some(s);
+    }
+
+    fn clock(&self, i: usize) -> PathBuf {
+        self.clocks.path().join(format!("clock-{i}"))
+    }
+
+    /// Sets instance `i`'s wall clock `ms` ahead of the host's (behind when
+    /// negative); libfaketime reads it within a second.
+    pub fn step_clock(&self, i: usize, ms: i64) {
+        let s = format!("{:+}.{:03}", ms / 1000, (ms % 1000).abs());
+        let s = if (-999..0).contains(&ms) {
+            format!("-0.{:03}", -ms)
+        } else {
+            s
+        };
+        std::fs::write(self.clock(i), s).expect("clock");
     }
 
     /// Each instance's admin address, while it runs.
@@ -237,9 +261,24 @@ impl Drop for Fleet {
     }
 }
 
-fn start(dir: &Path, grpc: &str, proxy: u16, args: &[String]) -> Sluice {
+/// An instance whose wall clock is the host's plus what `clock` says
+/// (libfaketime, read again every second; its monotonic clock is the
+/// host's, as NTP and `date` leave it).
+fn start(dir: &Path, grpc: &str, proxy: u16, args: &[String], clock: &Path) -> Sluice {
     let url = format!("redis://127.0.0.1:{proxy}");
     let mut all: Vec<&str> = vec!["--redis-url", &url];
     all.extend(args.iter().map(String::as_str));
-    Sluice::start_at(dir, grpc, &all)
+    let lib = super::common::faketime_lib();
+    let file = clock.display().to_string();
+    Sluice::start_at_env(
+        dir,
+        grpc,
+        &all,
+        &[
+            ("LD_PRELOAD", lib.as_str()),
+            ("FAKETIME_TIMESTAMP_FILE", file.as_str()),
+            ("FAKETIME_CACHE_DURATION", "1"),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+        ],
+    )
 }

@@ -40,9 +40,10 @@ pub enum Kind {
     CpuFlood,
     RequestFlood,
     Reload,
+    ClockStep,
 }
 
-pub const KINDS: [Kind; 10] = [
+pub const KINDS: [Kind; 11] = [
     Kind::StoreStop,
     Kind::StoreKill,
     Kind::InstanceStop,
@@ -53,6 +54,7 @@ pub const KINDS: [Kind; 10] = [
     Kind::CpuFlood,
     Kind::RequestFlood,
     Kind::Reload,
+    Kind::ClockStep,
 ];
 
 impl Kind {
@@ -68,6 +70,7 @@ impl Kind {
             Kind::CpuFlood => "CPU flood (2 busy loops)",
             Kind::RequestFlood => "request flood (h2load at each instance)",
             Kind::Reload => "reload changing a limit",
+            Kind::ClockStep => "instance wall clock stepped 0.3 to 3 s",
         }
     }
 
@@ -88,6 +91,8 @@ pub struct Planned {
     pub target: usize,
     pub at_ms: u64,
     pub for_ms: u64,
+    /// A clock step's size in ms, ahead or behind.
+    pub step_ms: i64,
 }
 
 /// The schedule of `seed` over `duration`: every kind once in an order the
@@ -109,11 +114,13 @@ pub fn schedule(seed: u64, duration: Duration, instances: usize) -> Vec<Planned>
                 return plan;
             }
             let target = rng.below(instances as u64) as usize;
+            let step = i64::try_from(300 + rng.below(2_700)).unwrap_or(300);
             plan.push(Planned {
                 kind,
                 target,
                 at_ms: at,
                 for_ms,
+                step_ms: if rng.below(2) == 0 { step } else { -step },
             });
             at += for_ms + 1_000 + rng.below(1_000);
         }
@@ -138,6 +145,7 @@ pub fn run(fleet: &Fleet, plan: &[Planned], start_ms: u64, history: &Shared) {
                     | Kind::Partition
                     | Kind::Silent
                     | Kind::Latency
+                    | Kind::ClockStep
             )
             .then_some(p.target),
             start,
@@ -164,6 +172,8 @@ fn apply(fleet: &Fleet, p: &Planned, on: bool, history: &Shared) {
         (Kind::Silent, true) => fleet.proxies[i].silence(),
         (Kind::Latency, true) => fleet.proxies[i].delay(30),
         (Kind::Partition | Kind::Silent | Kind::Latency, false) => fleet.proxies[i].pass(),
+        (Kind::ClockStep, true) => fleet.step_clock(i, p.step_ms),
+        (Kind::ClockStep, false) => fleet.step_clock(i, 0),
         (Kind::CpuFlood, on) => fleet.flood(on),
         (Kind::RequestFlood, on) => fleet.request_flood(on),
         (Kind::Reload, on) => {

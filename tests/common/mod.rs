@@ -159,6 +159,11 @@ impl Sluice {
         }
     }
 
+    /// Keeps `dir` (its rules) until this process is dropped.
+    pub fn keep(&mut self, dir: tempfile::TempDir) {
+        self._dir = Some(dir);
+    }
+
     pub fn dir(&self) -> &Path {
         self._dir.as_ref().expect("owned dir").path()
     }
@@ -535,4 +540,20 @@ pub fn exported_families() -> std::collections::BTreeSet<String> {
         .filter_map(|l| l.split_whitespace().next())
         .flat_map(metric_families)
         .collect()
+}
+
+/// libfaketime's preload library (Debian's `faketime`, which `make deps`
+/// installs): a process started with it in `LD_PRELOAD` reads a wall clock
+/// set by `FAKETIME` or a `FAKETIME_TIMESTAMP_FILE`.
+pub fn faketime_lib() -> String {
+    let found = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|d| d.path().join("faketime/libfaketime.so.1"))
+        .find(|p| p.exists());
+    found
+        .expect("libfaketime (apt: faketime; make deps installs it)")
+        .display()
+        .to_string()
 }

@@ -47,13 +47,14 @@ pub fn free_port() -> u16 {
     }
 }
 
-fn spawn(port: u16, dir: &Path, cluster: bool) -> Child {
-    spawn_with(dir, cluster, &["--port", &port.to_string()])
+fn spawn(port: u16, dir: &Path, cluster: bool, env: &[(&str, &str)]) -> Child {
+    spawn_with(dir, cluster, &["--port", &port.to_string()], env)
 }
 
-fn spawn_with(dir: &Path, cluster: bool, listen: &[&str]) -> Child {
+fn spawn_with(dir: &Path, cluster: bool, listen: &[&str], env: &[(&str, &str)]) -> Child {
     let mut cmd = Command::new("redis-server");
-    cmd.args(listen)
+    cmd.envs(env.iter().copied())
+        .args(listen)
         .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
         .arg("--dir")
         .arg(dir)
@@ -90,8 +91,14 @@ impl RedisServer {
     }
 
     pub fn start_on(port: u16, cluster: bool) -> RedisServer {
+        RedisServer::start_env(port, cluster, &[])
+    }
+
+    /// As [`RedisServer::start_on`], with environment variables set (a
+    /// clock of its own through libfaketime).
+    pub fn start_env(port: u16, cluster: bool, env: &[(&str, &str)]) -> RedisServer {
         let dir = tempfile::tempdir().expect("tempdir");
-        let child = spawn(port, dir.path(), cluster);
+        let child = spawn(port, dir.path(), cluster, env);
         let r = RedisServer {
             child: Some(child),
             port,
@@ -150,6 +157,7 @@ impl RedisServer {
             .into_iter()
             .chain(acl.iter().copied())
             .collect::<Vec<_>>(),
+            &[],
         );
         let r = RedisServer {
             child: Some(child),
@@ -245,7 +253,7 @@ impl RedisServer {
     /// Starts the server again on the same port (with an empty dataset).
     pub fn restart(&mut self) {
         self.kill();
-        self.child = Some(spawn(self.port, self.dir.path(), self.cluster));
+        self.child = Some(spawn(self.port, self.dir.path(), self.cluster, &[]));
         let port = self.port;
         assert!(eventually(Duration::from_secs(10), || command(
             port, "PING"

@@ -1,7 +1,7 @@
 //! One instance's lease of a counter: the positions it may give, and what
 //! sizes its next chunk.
 
-use crate::limiter::WindowStart;
+use crate::limiter::{WindowStart, clock};
 use crate::store::Increment;
 
 /// Positions leased of one counter, or the last plain answer for it.
@@ -22,6 +22,13 @@ pub(super) struct Lease {
     /// A take in flight since this µs (0: none): the others ask plainly
     /// (`Plan::Behind`).
     pub(super) taking_us: u64,
+}
+
+/// How long before its window ends a lease is no longer spent, in µs: how
+/// far the clock may be from the store's (half the round trip it was read
+/// over), and a millisecond for the monotonic clock's drift since.
+fn guard_us() -> u64 {
+    clock::uncertainty_us().saturating_add(1_000)
 }
 
 impl Lease {
@@ -49,9 +56,14 @@ impl Lease {
 
     /// Gives `inc` the next position of this lease, when the lease is of
     /// its window and the position is within the lease and `inc`'s limit.
+    /// Not in the window's last [`guard_us`]: this instance's clock may be
+    /// that far from the store's, whose window may have ended.
     pub(super) fn spend(&mut self, inc: &Increment) -> Option<u64> {
         let pos = self.next.saturating_add(inc.hits - 1);
         if self.start != inc.window.start || pos > self.last || pos > u64::from(inc.limit) {
+            return None;
+        }
+        if inc.at_us.saturating_add(guard_us()) >= self.end_s.saturating_mul(1_000_000) {
             return None;
         }
         self.next = pos.saturating_add(1);

@@ -1,0 +1,137 @@
+//! The clock every decision is made against: the shared store's, once the
+//! store has been read, else this host's.
+//!
+//! Windows are picked by this clock, so instances whose own clocks disagree
+//! would count one real window in two keys (an instance a few seconds ahead
+//! opens the next window early, and a real window admits up to twice its
+//! limit). The store's clock is the one they share: a store that can tell
+//! its time ([`follow`]) anchors this clock to it, and from then on it runs
+//! on this host's monotonic clock from that anchor, so a step of the host's
+//! wall clock (an NTP correction, an operator's `date`) changes nothing
+//! until the next reading, and a host that was never set right agrees with
+//! the fleet all the same. The anchor is off by at most half the round trip
+//! of the reading it came from ([`uncertainty_us`]); the store's own check
+//! of each count's window (the Redis script) covers what that leaves.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// This process's monotonic origin.
+fn origin() -> Instant {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    *ORIGIN.get_or_init(Instant::now)
+}
+
+/// The store's time in µs at [`origin`], or [`UNANCHORED`] when no store
+/// has been read (the host's wall clock is read instead), and half the
+/// round trip of the reading it came from.
+struct Anchor {
+    at_origin_us: AtomicI64,
+    uncertainty_us: AtomicU64,
+}
+
+const UNANCHORED: i64 = i64::MIN;
+
+static CLOCK: Anchor = Anchor::new();
+
+impl Anchor {
+    const fn new() -> Anchor {
+        Anchor {
+            at_origin_us: AtomicI64::new(UNANCHORED),
+            uncertainty_us: AtomicU64::new(0),
+        }
+    }
+
+    fn now_us(&self) -> u64 {
+        let anchor = self.at_origin_us.load(Relaxed);
+        if anchor == UNANCHORED {
+            return host_us();
+        }
+        let since = i64::try_from(origin().elapsed().as_micros()).unwrap_or(i64::MAX);
+        u64::try_from(anchor.saturating_add(since)).unwrap_or(0)
+    }
+
+    fn follow(&self, store_us: u64, sent: Instant, answered: Instant) {
+        let rtt = answered.saturating_duration_since(sent);
+        let middle = sent + rtt / 2;
+        let since = i64::try_from(middle.saturating_duration_since(origin()).as_micros())
+            .unwrap_or(i64::MAX);
+        let anchor = i64::try_from(store_us)
+            .unwrap_or(i64::MAX)
+            .saturating_sub(since);
+        self.uncertainty_us.store(
+            u64::try_from(rtt.as_micros() / 2).unwrap_or(u64::MAX),
+            Relaxed,
+        );
+        self.at_origin_us.store(anchor, Relaxed);
+    }
+
+    fn offset_ms(&self) -> i64 {
+        if self.at_origin_us.load(Relaxed) == UNANCHORED {
+            return 0;
+        }
+        let ours = i64::try_from(self.now_us()).unwrap_or(i64::MAX);
+        let host = i64::try_from(host_us()).unwrap_or(i64::MAX);
+        ours.saturating_sub(host) / 1000
+    }
+}
+
+/// Microseconds since the epoch on the clock decisions follow.
+pub(super) fn now_us() -> u64 {
+    CLOCK.now_us()
+}
+
+/// This host's wall clock, in µs since the epoch.
+pub fn host_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// A reading of the store's clock: `store_us` (µs since the epoch) was
+/// read between `sent` and `answered` on this host's monotonic clock. The
+/// anchor becomes the reading at the round trip's middle.
+pub fn follow(store_us: u64, sent: Instant, answered: Instant) {
+    CLOCK.follow(store_us, sent, answered);
+}
+
+/// How far the clock may be from the store's, in µs: half the round trip
+/// of the last reading (0 before any).
+pub fn uncertainty_us() -> u64 {
+    CLOCK.uncertainty_us.load(Relaxed)
+}
+
+/// How far the clock decisions follow is ahead of this host's wall clock,
+/// in ms (negative: behind); 0 before the store was read.
+pub fn offset_ms() -> i64 {
+    CLOCK.offset_ms()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_reading_anchors_the_clock_to_the_store_within_its_round_trip() {
+        let clock = Anchor::new();
+        assert_eq!(clock.offset_ms(), 0, "unanchored: the host's clock");
+        let sent = Instant::now();
+        let answered = sent + Duration::from_millis(4);
+        // A store an hour ahead of this host, read over a 4 ms round trip.
+        let store = host_us() + 3_600_000_000;
+        clock.follow(store, sent, answered);
+        let got = clock.now_us();
+        assert!(
+            got >= store - 3_000 && got < store + 1_000_000,
+            "{got} vs {store}"
+        );
+        assert_eq!(clock.uncertainty_us.load(Relaxed), 2_000);
+        assert!(
+            (clock.offset_ms() - 3_600_000).abs() < 1_000,
+            "{}",
+            clock.offset_ms()
+        );
+    }
+}

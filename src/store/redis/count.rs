@@ -1,0 +1,155 @@
+//! Counting in Redis: a batch of increments as script calls (one per
+//! cluster slot), and a count whose window Redis's clock is not in made
+//! again in Redis's window.
+//!
+//! Each instance picks a request's window by the clock decisions follow,
+//! which is anchored to Redis's ([`crate::limiter::clock`]); near a
+//! boundary, or before the anchor caught up with a step of the host's
+//! clock, the instance can still name the other window. The script checks
+//! every fixed and sliding window against `TIME` and counts none that
+//! Redis's clock is not in, so one real window is one key whatever the
+//! instances' clocks say: those increments are asked again, once, in the
+//! window Redis named, and answered as [`Tally::Moved`], so nothing local
+//! (a lease, the over-limit cache) takes their count for the window asked.
+
+use futures_util::future::try_join_all;
+use redis::cluster_routing::Slot;
+
+use super::super::script::{Answer, Op};
+use super::{Live, RedisStore, classify, decode, render_key, usage_key};
+use crate::limiter::{Algorithm, Decision, Now, Tally, Window};
+use crate::store::{Increment, StoreError};
+
+impl RedisStore {
+    /// Runs the script for the batch; tallies come back in batch order.
+    pub async fn increment(&self, batch: &[&Increment]) -> Result<Vec<Tally>, StoreError> {
+        let answers = self.count(batch).await?;
+        let mut tallies = Vec::with_capacity(answers.len());
+        let mut again: Vec<(usize, Increment)> = Vec::new();
+        for (i, (answer, inc)) in answers.into_iter().zip(batch).enumerate() {
+            match answer {
+                Answer::Counted(t) => tallies.push(t),
+                Answer::Elsewhere(start) => {
+                    tallies.push(Tally::Decided(Decision::Refuse));
+                    again.push((i, in_window(inc, start)));
+                }
+            }
+        }
+        if again.is_empty() {
+            return Ok(tallies);
+        }
+        tracing::debug!(
+            counts = again.len(),
+            "counted in the window of Redis's clock, not the one asked"
+        );
+        let moved: Vec<&Increment> = again.iter().map(|(_, inc)| inc).collect();
+        let answers = self.count(&moved).await?;
+        for ((i, _), answer) in again.iter().zip(answers) {
+            if let Some(t) = tallies.get_mut(*i) {
+                // Asked in the window Redis named: a second miss (a
+                // boundary passed between the two calls) is not counted,
+                // and a count that never came is a refusal.
+                *t = match answer {
+                    Answer::Counted(Tally::Count(n)) => Tally::Moved(n),
+                    Answer::Counted(other) => other,
+                    Answer::Elsewhere(_) => Tally::Decided(Decision::Refuse),
+                };
+            }
+        }
+        Ok(tallies)
+    }
+
+    async fn count(&self, batch: &[&Increment]) -> Result<Vec<Answer>, StoreError> {
+        let live = self
+            .live
+            .load_full()
+            .ok_or_else(|| StoreError::Unavailable("not connected".into()))?;
+        let ops: Vec<Op> = batch
+            .iter()
+            .map(|i| Op::new(i, self.keys(i), Now(i.at_us / 1_000_000)))
+            .collect();
+        match &*live {
+            Live::Single(batcher, _) => batcher.increment(ops).await,
+            Live::Cluster(conn) => {
+                // One script per slot (a sliding window's two keys share one).
+                let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
+                for (i, op) in ops.iter().enumerate() {
+                    let slot = Slot::for_key(op.keys.first().map_or("", String::as_str));
+                    match groups.iter_mut().find(|(s, _)| *s == slot) {
+                        Some((_, idx)) => idx.push(i),
+                        None => groups.push((slot, vec![i])),
+                    }
+                }
+                let results = try_join_all(groups.iter().map(|(_, idx)| {
+                    let mut conn = conn.clone();
+                    let ops = &ops;
+                    async move { self.run(&mut conn, ops, idx).await }
+                }))
+                .await?;
+                let mut answers =
+                    vec![Answer::Counted(Tally::Decided(Decision::Refuse)); batch.len()];
+                for ((_, idx), group) in groups.iter().zip(results) {
+                    for (i, answer) in idx.iter().zip(group) {
+                        if let Some(a) = answers.get_mut(*i) {
+                            *a = answer;
+                        }
+                    }
+                }
+                Ok(answers)
+            }
+        }
+    }
+
+    async fn run(
+        &self,
+        conn: &mut impl redis::aio::ConnectionLike,
+        ops: &[Op],
+        idx: &[usize],
+    ) -> Result<Vec<Answer>, StoreError> {
+        let mut inv = self.script.prepare_invoke();
+        let mine: Vec<&Op> = idx.iter().filter_map(|&i| ops.get(i)).collect();
+        for op in &mine {
+            op.add_to(&mut inv);
+        }
+        let raw: Vec<i64> = inv.invoke_async(conn).await.map_err(|e| classify(&e))?;
+        decode(mine.iter().map(|o| o.kind()), &raw)
+    }
+
+    /// The Redis keys of one increment: its window's, and for a sliding
+    /// window also the previous window's.
+    pub(super) fn keys(&self, inc: &Increment) -> Vec<String> {
+        let key = |start| {
+            render_key(
+                &self.config.prefix,
+                self.config.key_format,
+                &inc.key,
+                inc.algorithm,
+                start,
+                inc.window.period,
+            )
+        };
+        match inc.algorithm {
+            Algorithm::FixedWindow => vec![key(inc.window.start.0)],
+            Algorithm::SlidingWindow => {
+                vec![key(inc.window.start.0), key(inc.window.previous().start.0)]
+            }
+            Algorithm::TokenBucket { .. } => vec![key(0)],
+            // The slots, and the most held at once in the current window.
+            Algorithm::Concurrency => {
+                let counter = key(0);
+                let usage = usage_key(&counter);
+                vec![counter, usage]
+            }
+        }
+    }
+}
+
+/// `inc` asked in the window of its period that starts at `start`, at that
+/// window's first second.
+fn in_window(inc: &Increment, start: u64) -> Increment {
+    Increment {
+        window: Window::containing(inc.window.period, Now(start)),
+        at_us: start.saturating_mul(1_000_000),
+        ..inc.clone()
+    }
+}

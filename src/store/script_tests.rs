@@ -1,0 +1,70 @@
+use super::*;
+
+#[test]
+fn replies_decode_by_kind_and_refused_counters_are_errors() {
+    let t = decode(
+        [0, 1, 2, 3, 3].into_iter(),
+        &[3, 0, 0, 4, 9, 0, 1, 250, 7, 2, 0, 1, 2, 0, -1],
+    )
+    .unwrap();
+    let counted = |t: &[Answer]| -> Vec<Tally> {
+        t.iter()
+            .map(|a| match a {
+                Answer::Counted(t) => *t,
+                Answer::Elsewhere(s) => panic!("elsewhere {s}"),
+            })
+            .collect()
+    };
+    assert_eq!(
+        counted(&t),
+        [
+            Tally::Count(3),
+            Tally::Sliding {
+                current: 4,
+                previous: 9
+            },
+            Tally::Bucket {
+                taken: true,
+                debt_us: 250,
+                asked: Some(7)
+            },
+            Tally::Slots {
+                held: 2,
+                peak: Some(1)
+            },
+            Tally::Slots {
+                held: 2,
+                peak: None
+            }
+        ]
+    );
+    assert_eq!(
+        counted(&decode([0].into_iter(), &[-1, 0, 0]).unwrap()),
+        [Tally::Count(u64::MAX)]
+    );
+    assert!(matches!(
+        decode([0].into_iter(), &[-2, 0, 0]),
+        Err(StoreError::Rejected(_))
+    ));
+    assert!(matches!(
+        decode([0, 0].into_iter(), &[1, 0, 0]),
+        Err(StoreError::BadReply(_))
+    ));
+    assert!(matches!(
+        decode([0].into_iter(), &[-7, 0, 0]),
+        Err(StoreError::BadReply(_))
+    ));
+}
+
+#[test]
+fn a_window_the_stores_clock_is_not_in_is_answered_with_the_stores() {
+    assert_eq!(
+        decode([0, 1].into_iter(), &[-3, 1_800, 0, -3, 1_860, 0]).unwrap(),
+        [Answer::Elsewhere(1_800), Answer::Elsewhere(1_860)]
+    );
+    // Only windows are checked: a bucket's -3 is a bad reply.
+    assert!(matches!(
+        decode([2].into_iter(), &[-3, 5, 0]),
+        Err(StoreError::BadReply(_))
+    ));
+}
