@@ -256,13 +256,38 @@ pub fn load_texts(
 pub type Parsed = (Vec<(PathBuf, DomainFile)>, u64);
 
 /// Every document of every file in the model, with a fingerprint of the texts.
+/// Files are parsed on as many threads as there are cores (a platform's
+/// per-customer rules come in many files), and kept in the order found.
 fn parse_texts(texts: Vec<(PathBuf, String)>, bounds: FileBounds) -> Result<Parsed, LoadError> {
-    let mut parsed = Vec::with_capacity(texts.len());
-    let mut errors = Vec::new();
     let mut hasher = DefaultHasher::new();
     for (file, text) in &texts {
         (file, text).hash(&mut hasher);
-        match parse_documents(file, text, bounds) {
+    }
+    let threads = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(texts.len())
+        .max(1);
+    let parse = |(file, text): &(PathBuf, String)| parse_documents(file, text, bounds);
+    let results: Vec<_> = if threads == 1 {
+        texts.iter().map(parse).collect()
+    } else {
+        let per = texts.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            let parts: Vec<_> = texts
+                .chunks(per)
+                .map(|part| scope.spawn(move || part.iter().map(parse).collect::<Vec<_>>()))
+                .collect();
+            parts
+                .into_iter()
+                // A parser that panicked panics here, as it would alone.
+                .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        })
+    };
+    let mut parsed = Vec::with_capacity(texts.len());
+    let mut errors = Vec::new();
+    for ((file, _), result) in texts.iter().zip(results) {
+        match result {
             Ok(docs) => parsed.extend(docs.into_iter().map(|df| (file.clone(), df))),
             Err(mut e) => errors.append(&mut e),
         }
