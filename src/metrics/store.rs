@@ -124,11 +124,14 @@ impl StoreMetrics {
             "Times the store was declared down.",
             self.trips.load(Relaxed),
         )?;
-        encode::gauge(
+        encode::gauges(
             enc,
-            "sluice_store_clock_offset_milliseconds",
+            "sluice_store_clock_offset_seconds",
             "How far the clock windows are picked by (Redis's, read every 5 s) is ahead of this host's wall clock (negative: behind); 0 before Redis was read.",
-            crate::limiter::clock::offset_ms(),
+            [(
+                [("store", "redis")],
+                crate::limiter::clock::offset_ms() as f64 / 1000.0,
+            )],
         )?;
         encode::gauge(
             enc,
