@@ -148,13 +148,9 @@ impl Fleet {
     /// Sets instance `i`'s wall clock `ms` ahead of the host's (behind when
     /// negative); libfaketime reads it within a second.
     pub fn step_clock(&self, i: usize, ms: i64) {
-        let s = format!("{:+}.{:03}", ms / 1000, (ms % 1000).abs());
-        let s = if (-999..0).contains(&ms) {
-            format!("-0.{:03}", -ms)
-        } else {
-            s
-        };
-        std::fs::write(self.clock(i), s).expect("clock");
+        let sign = if ms < 0 { '-' } else { '+' };
+        let (s, frac) = (ms.abs() / 1000, ms.abs() % 1000);
+        std::fs::write(self.clock(i), format!("{sign}{s}.{frac:03}")).expect("clock");
     }
 
     /// Each instance's admin address, while it runs.
