@@ -24,12 +24,19 @@ fn origin() -> Instant {
 }
 
 /// The store's time in µs at [`origin`], or [`UNANCHORED`] when no store
-/// has been read (the host's wall clock is read instead), and half the
-/// round trip of the reading it came from.
+/// has been read (the host's wall clock is read instead), half the round
+/// trip of the reading it came from (aged, see [`DRIFT_PER_US`]), and when
+/// that was (µs since [`origin`]).
 struct Anchor {
     at_origin_us: AtomicI64,
     uncertainty_us: AtomicU64,
+    read_at_us: AtomicU64,
 }
+
+/// How far this host's monotonic clock may drift from the store's clock: 1
+/// µs in every 10,000 (100 ppm, past what any quartz clock NTP disciplines
+/// strays), so a held reading's uncertainty grows by 0.5 ms in 5 s.
+const DRIFT_PER_US: u64 = 10_000;
 
 const UNANCHORED: i64 = i64::MIN;
 
@@ -40,6 +47,7 @@ impl Anchor {
         Anchor {
             at_origin_us: AtomicI64::new(UNANCHORED),
             uncertainty_us: AtomicU64::new(0),
+            read_at_us: AtomicU64::new(0),
         }
     }
 
@@ -52,18 +60,35 @@ impl Anchor {
         u64::try_from(anchor.saturating_add(since)).unwrap_or(0)
     }
 
+    /// Takes a reading, unless the one held is better: a reading over a
+    /// slow round trip (the store or this host busy) that agrees with the
+    /// anchor held, within both uncertainties, would only widen the error;
+    /// one that disagrees means the store's clock moved, and is taken.
     fn follow(&self, store_us: u64, sent: Instant, answered: Instant) {
         let rtt = answered.saturating_duration_since(sent);
         let middle = sent + rtt / 2;
-        let since = i64::try_from(middle.saturating_duration_since(origin()).as_micros())
-            .unwrap_or(i64::MAX);
+        let since = u64::try_from(middle.saturating_duration_since(origin()).as_micros())
+            .unwrap_or(u64::MAX);
         let anchor = i64::try_from(store_us)
             .unwrap_or(i64::MAX)
-            .saturating_sub(since);
-        self.uncertainty_us.store(
-            u64::try_from(rtt.as_micros() / 2).unwrap_or(u64::MAX),
-            Relaxed,
-        );
+            .saturating_sub(i64::try_from(since).unwrap_or(i64::MAX));
+        let fresh = u64::try_from(rtt.as_micros() / 2).unwrap_or(u64::MAX);
+        let held = self.at_origin_us.load(Relaxed);
+        if held != UNANCHORED {
+            let age = since.saturating_sub(self.read_at_us.load(Relaxed));
+            let kept = self
+                .uncertainty_us
+                .load(Relaxed)
+                .saturating_add(age / DRIFT_PER_US);
+            let agrees = anchor.abs_diff(held) <= fresh.saturating_add(kept);
+            if agrees && fresh >= kept {
+                self.uncertainty_us.store(kept, Relaxed);
+                self.read_at_us.store(since, Relaxed);
+                return;
+            }
+        }
+        self.uncertainty_us.store(fresh, Relaxed);
+        self.read_at_us.store(since, Relaxed);
         self.at_origin_us.store(anchor, Relaxed);
     }
 
@@ -102,6 +127,14 @@ pub fn uncertainty_us() -> u64 {
     CLOCK.uncertainty_us.load(Relaxed)
 }
 
+/// How long before a window ends this instance may no longer act alone on
+/// what it remembers of the window (spend a lease, refuse from the
+/// over-limit cache), in µs: how far its clock may be from the store's,
+/// and a millisecond for the monotonic clock's drift since the reading.
+pub fn guard_us() -> u64 {
+    uncertainty_us().saturating_add(1_000)
+}
+
 /// How far the clock decisions follow is ahead of this host's wall clock,
 /// in ms (negative: behind); 0 before the store was read.
 pub fn offset_ms() -> i64 {
@@ -133,5 +166,34 @@ mod tests {
             "{}",
             clock.offset_ms()
         );
+    }
+
+    /// A reading over a slow round trip that agrees with the anchor held
+    /// keeps it (and its small error); one that disagrees is taken.
+    #[test]
+    fn a_slow_reading_keeps_the_better_anchor_unless_the_store_moved() {
+        let clock = Anchor::new();
+        let sent = Instant::now();
+        let store = host_us();
+        clock.follow(store, sent, sent + Duration::from_micros(400));
+        let anchor = clock.at_origin_us.load(Relaxed);
+        // 20 ms later, read over a 30 ms round trip, 10 ms off the truth.
+        let later = sent + Duration::from_millis(20);
+        clock.follow(
+            store + 20_000 + 10_000,
+            later,
+            later + Duration::from_millis(30),
+        );
+        assert_eq!(clock.at_origin_us.load(Relaxed), anchor, "kept");
+        let held = clock.uncertainty_us.load(Relaxed);
+        assert!((200..300).contains(&held), "aged, not widened: {held}");
+        // The store's clock stepped a second: the readings disagree.
+        clock.follow(
+            store + 40_000 + 1_000_000,
+            later,
+            later + Duration::from_millis(30),
+        );
+        assert_ne!(clock.at_origin_us.load(Relaxed), anchor, "taken");
+        assert_eq!(clock.uncertainty_us.load(Relaxed), 15_000);
     }
 }

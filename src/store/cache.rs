@@ -28,7 +28,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use parking_lot::Mutex;
 
 use super::{CounterKey, Increment};
-use crate::limiter::{Algorithm, Now, Tally, WindowStart};
+use crate::limiter::{Algorithm, Now, Tally, WindowStart, clock};
 
 const SHARDS: usize = 16;
 
@@ -97,7 +97,11 @@ impl OverLimitCache {
         let seen = map.get_mut(&inc.key)?;
         let after = seen.count.saturating_add(inc.hits);
         let trusted = inc.at_us < seen.at_us.saturating_add(TRUST_US);
-        if !(trusted && seen.start == inc.window.start && after > u64::from(inc.limit)) {
+        // Not in the window's last moment: this instance's clock may be
+        // that far behind the store's, whose next window has begun.
+        let inside =
+            inc.at_us.saturating_add(clock::guard_us()) < seen.end.saturating_mul(1_000_000);
+        if !(trusted && inside && seen.start == inc.window.start && after > u64::from(inc.limit)) {
             return None;
         }
         if inc.late.is_some() {
@@ -240,6 +244,19 @@ mod tests {
             c.over(&at("a", 5, 60_000_000 + TRUST_US + 1)),
             Some(Tally::Remembered(8))
         );
+    }
+
+    /// This instance's clock may be behind the store's by the reading's
+    /// error: a refusal remembered for a window is not answered in its
+    /// last moment, when the store's next window may have begun.
+    #[test]
+    fn a_refusal_is_not_remembered_into_the_last_moment_of_its_window() {
+        let c = OverLimitCache::new(100);
+        // A minute's window: [60 s, 120 s).
+        c.record(&at("a", 5, 119_600_000), &Tally::Count(6));
+        let last = 120_000_000 - clock::guard_us();
+        assert_eq!(c.over(&at("a", 5, last - 1)), Some(Tally::Remembered(7)));
+        assert_eq!(c.over(&at("a", 5, last)), None, "the store is asked");
     }
 
     #[test]

@@ -24,13 +24,6 @@ pub(super) struct Lease {
     pub(super) taking_us: u64,
 }
 
-/// How long before its window ends a lease is no longer spent, in µs: how
-/// far the clock may be from the store's (half the round trip it was read
-/// over), and a millisecond for the monotonic clock's drift since.
-fn guard_us() -> u64 {
-    clock::uncertainty_us().saturating_add(1_000)
-}
-
 impl Lease {
     /// The entry of a plain answer: the store's count `after` for `inc`,
     /// no position of it leased.
@@ -56,14 +49,14 @@ impl Lease {
 
     /// Gives `inc` the next position of this lease, when the lease is of
     /// its window and the position is within the lease and `inc`'s limit.
-    /// Not in the window's last [`guard_us`]: this instance's clock may be
+    /// Not in the window's last [`clock::guard_us`]: this instance's clock may be
     /// that far from the store's, whose window may have ended.
     pub(super) fn spend(&mut self, inc: &Increment) -> Option<u64> {
         let pos = self.next.saturating_add(inc.hits - 1);
         if self.start != inc.window.start || pos > self.last || pos > u64::from(inc.limit) {
             return None;
         }
-        if inc.at_us.saturating_add(guard_us()) >= self.end_s.saturating_mul(1_000_000) {
+        if inc.at_us.saturating_add(clock::guard_us()) >= self.end_s.saturating_mul(1_000_000) {
             return None;
         }
         self.next = pos.saturating_add(1);
