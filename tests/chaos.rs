@@ -1,5 +1,6 @@
 //! Every promise under every fault: a fleet of real processes (two sluice
-//! instances on one redis-server, each through a proxy the harness owns),
+//! instances on one redis-server or memcached, each through a proxy the
+//! harness owns),
 //! clients that act like Envoys, a nemesis whose schedule is drawn from a
 //! seed, a recorded history, and a checker whose bounds are the book's
 //! promises (see `chaos/checker.rs`).
@@ -18,10 +19,16 @@ mod checker;
 mod fleet;
 #[path = "chaos/history.rs"]
 mod history;
+#[path = "chaos/kinds.rs"]
+mod kinds;
 #[path = "chaos/nemesis.rs"]
 mod nemesis;
 #[path = "chaos/proxy.rs"]
 mod proxy;
+#[path = "chaos/refusals.rs"]
+mod refusals;
+#[path = "chaos/store.rs"]
+mod store;
 #[path = "chaos/workload.rs"]
 mod workload;
 
@@ -29,22 +36,28 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use history::{History, now_ms};
+use store::Backend;
 
-/// The seeds `make test` runs, each for [`SHORT`], and the flags of each
-/// run's fleet: sluice's key format, then the reference's.
-const SEEDS: [(u64, &[&str]); 2] = [(1, &[]), (2, &["--key-format", "envoyproxy"])];
+/// The seeds `make test` runs, each for [`SHORT`], the store each run's
+/// fleet shares and its flags: Redis with sluice's key format, then the
+/// reference's, then memcached.
+const SEEDS: [(u64, Backend, &[&str]); 3] = [
+    (1, Backend::Redis, &[]),
+    (2, Backend::Redis, &["--key-format", "envoyproxy"]),
+    (3, Backend::Memcached, &[]),
+];
 const SHORT: Duration = Duration::from_secs(50);
 const INSTANCES: usize = 2;
 
 /// One run: the fleet, the clients, the observer and the nemesis, then the
 /// checker over what they recorded.
-fn run(seed: u64, duration: Duration, extra: &[&str]) -> checker::Report {
-    let fleet = Arc::new(fleet::Fleet::start(INSTANCES, extra));
+fn run(seed: u64, duration: Duration, backend: Backend, extra: &[&str]) -> checker::Report {
+    let fleet = Arc::new(fleet::Fleet::start(INSTANCES, backend, extra));
     let history = Arc::new(Mutex::new(History {
         seed,
         ..History::default()
     }));
-    let plan = nemesis::schedule(seed, duration, INSTANCES);
+    let plan = nemesis::schedule(seed, duration, INSTANCES, &nemesis::kinds(backend));
     let start = now_ms();
     let until = start + u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -62,6 +75,10 @@ fn run(seed: u64, duration: Duration, extra: &[&str]) -> checker::Report {
         let (fleet, history) = (fleet.clone(), history.clone());
         std::thread::spawn(move || workload::observe(&fleet, &history, until))
     };
+    let operator = {
+        let (fleet, history) = (fleet.clone(), history.clone());
+        std::thread::spawn(move || workload::operate(&fleet, &history, seed, until))
+    };
     let reader = extra.contains(&"envoyproxy").then(|| {
         let (fleet, history) = (fleet.clone(), history.clone());
         std::thread::spawn(move || workload::read_reference(&fleet, &history, until))
@@ -69,6 +86,7 @@ fn run(seed: u64, duration: Duration, extra: &[&str]) -> checker::Report {
     nemesis::run(&fleet, &plan, start, &history);
     let _ = rt.block_on(clients);
     let _ = observer.join();
+    let _ = operator.join();
     if let Some(reader) = reader {
         let _ = reader.join();
     }
@@ -81,10 +99,15 @@ fn run(seed: u64, duration: Duration, extra: &[&str]) -> checker::Report {
     let kinds: std::collections::BTreeSet<&str> =
         h.faults.iter().map(|f| f.kind.as_str()).collect();
     eprintln!(
-        "seed {seed}: {} operations, {} faults ({} kinds)",
+        "seed {seed} on {}: {} operations, {} faults ({} kinds), {} resets ({} answered), {} lookups ({} answered)",
+        backend.name(),
         h.ops.len(),
         h.faults.len(),
-        kinds.len()
+        kinds.len(),
+        h.resets.len(),
+        h.resets.iter().filter(|r| r.status == 200).count(),
+        h.lookups.0,
+        h.lookups.1
     );
     let mut report = checker::check(&h, INSTANCES);
     report.kinds = kinds.len();
@@ -107,13 +130,13 @@ fn table(r: &checker::Report) -> String {
 
 #[test]
 fn short_seeds_keep_every_promise() {
-    for (seed, flags) in SEEDS {
-        let r = run(seed, SHORT, flags);
+    for (seed, backend, flags) in SEEDS {
+        let r = run(seed, SHORT, backend, flags);
         eprintln!("{}", table(&r));
         assert!(r.ops > 1_000, "seed {seed}: only {} operations", r.ops);
         assert_eq!(
             r.kinds,
-            nemesis::KINDS.len(),
+            nemesis::kinds(backend).len(),
             "seed {seed}: every fault kind applied"
         );
         let exact = r
@@ -147,9 +170,11 @@ fn chaos() {
         .map(|f| f.split_whitespace().map(str::to_owned).collect())
         .unwrap_or_default();
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-    let r = run(seed, Duration::from_secs(secs), &extra);
+    let backend = Backend::from_env();
+    let r = run(seed, Duration::from_secs(secs), backend, &extra);
     println!(
-        "seed {seed}, {secs} s, {} operations\n\n{}",
+        "seed {seed} on {}, {secs} s, {} operations\n\n{}",
+        backend.name(),
         r.ops,
         table(&r)
     );

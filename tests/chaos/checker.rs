@@ -26,14 +26,24 @@
 //!   window where every request was admitted, the reference's key holds
 //!   exactly the hits admitted.
 //!
+//! - **No refusal under the limit** ("the office is admitted again at once,
+//!   on every instance within half a second" of a reset; a remembered
+//!   refusal is trusted half a second): in a healthy window, a request
+//!   refused more than [`STALE_MS`] after any reset of its counter must not
+//!   have fitted under the limit, counting everything that could have been
+//!   counted before it (see `refusals.rs`).
+//! - **Resets** (an operator's, mid-flood): each reset inside a window gives
+//!   the counter its limit again, so the exact and policy bounds grow by a
+//!   limit for each.
+//!
 //! An admitted operation counts in a window only when it was both sent and
 //! answered inside it (one that spans a boundary could be either window's),
 //! so the checker never blames a count it cannot place.
 
 use std::collections::BTreeMap;
 
-use super::fleet::{RULES, STORE_TIMEOUT_MS};
-use super::history::{Answer, History};
+use super::fleet::{RULES, SHADOW, STORE_TIMEOUT_MS};
+use super::history::{Answer, History, Reset};
 
 /// Slack on an answer's time beyond `--redis-timeout`.
 pub const GRACE_MS: u64 = 1_500;
@@ -44,6 +54,15 @@ const MARGIN_MS: u64 = 500;
 /// How long a reload may take to reach every instance (file events are
 /// debounced up to 400 ms; the poll catches a missed one within 2 s).
 const RELOAD_MS: u64 = 3_000;
+/// How long after a reset an instance may still refuse from a count it
+/// remembered: a remembered refusal and a lease are trusted half a second
+/// ("within half a second no instance sharing the store refuses from its
+/// local cache"), plus this machine's scheduling.
+pub const STALE_MS: u64 = 500 + 100;
+/// How late a reset sent to an instance that did not answer may still be
+/// carried out (a stopped instance reads it when continued; a fault lasts
+/// at most 3 s).
+const UNANSWERED_RESET_MS: u64 = 4_000;
 
 #[derive(Debug, Default, Clone)]
 pub struct Tally {
@@ -65,6 +84,7 @@ pub const EXACT: &str = "exact count";
 pub const POLICY: &str = "failure policy bound";
 pub const LATENCY: &str = "answer within timeout";
 pub const REFERENCE: &str = "reference key holds the hits";
+pub const NO_FALSE_REFUSAL: &str = "no refusal under the limit";
 
 pub fn check(h: &History, instances: usize) -> Report {
     let mut r = Report {
@@ -74,18 +94,19 @@ pub fn check(h: &History, instances: usize) -> Report {
     windows(h, instances, &mut r);
     latency(h, &mut r);
     reference(h, &mut r);
+    super::refusals::check(h, instances, &mut r);
+    super::kinds::check(h, &mut r);
     r
 }
 
-fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
+pub fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
     a.0 < b.1 && b.0 < a.1
 }
 
-/// The limit in force for `rule` in `span`: the largest of those in force
-/// at some moment of it (a reload reaches instances one by one).
-fn limit_in_force(h: &History, rule: &str, base: u32, span: (u64, u64)) -> u32 {
+/// The lowest and highest limits in force for `rule` at some moment of
+/// `span` (a reload reaches instances one by one).
+pub fn limits_in_force(h: &History, rule: &str, base: u32, span: (u64, u64)) -> (u32, u32) {
     let mut limit = base;
-    let mut max = 0;
     let mut changes: Vec<_> = h.changes.iter().filter(|c| c.rule == rule).collect();
     changes.sort_by_key(|c| c.at);
     for c in &changes {
@@ -93,20 +114,41 @@ fn limit_in_force(h: &History, rule: &str, base: u32, span: (u64, u64)) -> u32 {
             limit = c.limit;
         }
     }
-    max = max.max(limit);
+    let (mut low, mut high) = (limit, limit);
     for c in changes {
         if overlaps(
             (c.at, c.at + RELOAD_MS),
             (span.0.saturating_sub(RELOAD_MS), span.1),
         ) {
-            max = max.max(c.limit);
+            low = low.min(c.limit);
+            high = high.max(c.limit);
         }
     }
-    max
+    (low, high)
+}
+
+/// When a reset may have taken effect by: its answer, or for one never
+/// answered (its instance stopped, killed or cut off) as late as a stopped
+/// instance may still carry it out.
+pub fn reset_end(x: &Reset) -> u64 {
+    if x.status == 0 {
+        x.sent + UNANSWERED_RESET_MS
+    } else {
+        x.answered
+    }
+}
+
+/// Resets of `rule=value` that may have emptied it inside `span`.
+fn resets_in(h: &History, rule: &str, value: &str, span: (u64, u64)) -> u64 {
+    h.resets
+        .iter()
+        .filter(|x| x.rule == rule && x.value == value)
+        .filter(|x| overlaps((x.sent, reset_end(x) + 1), span))
+        .count() as u64
 }
 
 /// Whether a store fault or a `degraded` span came near `span`.
-fn touched(h: &History, span: (u64, u64)) -> bool {
+pub fn touched(h: &History, span: (u64, u64)) -> bool {
     let near = (span.0.saturating_sub(MARGIN_MS), span.1 + MARGIN_MS);
     h.faults
         .iter()
@@ -117,7 +159,7 @@ fn touched(h: &History, span: (u64, u64)) -> bool {
 fn reference(h: &History, r: &mut Report) {
     for read in &h.reference {
         let span = (read.window, read.window + 1_000);
-        if touched(h, span) {
+        if touched(h, span) || resets_in(h, read.rule, &read.value, span) > 0 {
             continue;
         }
         let ops: Vec<_> = h
@@ -162,7 +204,13 @@ fn reference(h: &History, r: &mut Report) {
 fn windows(h: &History, instances: usize, r: &mut Report) {
     // (rule, value, window start) -> hits admitted inside it.
     let mut admitted: BTreeMap<(&str, &str, u64), u64> = BTreeMap::new();
-    for o in h.ops.iter().filter(|o| o.answer == Answer::Ok) {
+    // A shadow rule admits past its limit by design (`kinds.rs` holds it
+    // to its own promise); refunds and slots admit no hits.
+    let hits = h
+        .ops
+        .iter()
+        .filter(|o| o.answer == Answer::Ok && !o.refund && o.rule != SHADOW);
+    for o in hits {
         let Some((_, _, len)) = RULES.iter().find(|(k, _, _)| *k == o.rule) else {
             continue;
         };
@@ -187,11 +235,18 @@ fn windows(h: &History, instances: usize, r: &mut Report) {
             .iter()
             .any(|d| overlaps((d.start, d.end), touched));
         let lost = store_faults.iter().any(|f| f.lost);
-        let limit = u64::from(limit_in_force(h, rule, *base, span));
+        let limit = u64::from(limits_in_force(h, rule, *base, span).1);
+        // Each reset inside the window gives the counter its limit again.
+        let resets = resets_in(h, rule, value, span);
+        // What was given back inside the window may be admitted again.
+        let back = refunded(h, rule, value, span);
         let (promise, bound) = if store_faults.is_empty() && !degraded {
-            (EXACT, limit)
+            (EXACT, limit * (1 + resets) + back)
         } else {
-            (POLICY, limit * (instances as u64 + 1 + u64::from(lost)))
+            (
+                POLICY,
+                limit * (instances as u64 + 1 + u64::from(lost) + resets) + back,
+            )
         };
         let active: Vec<String> = h
             .faults
@@ -211,7 +266,7 @@ fn windows(h: &History, instances: usize, r: &mut Report) {
         }
         if hits > bound {
             r.violations.push(format!(
-                "seed {}: {rule}={value} window {w}..{}: {hits} admitted against {promise} {bound} (limit {limit}); faults then: {active:?}{}",
+                "seed {}: {rule}={value} window {w}..{}: {hits} admitted against {promise} {bound} (limit {limit}, {resets} resets); faults then: {active:?}{}",
                 h.seed,
                 w + len,
                 if degraded { ", an instance degraded" } else { "" }
@@ -263,4 +318,15 @@ fn latency(h: &History, r: &mut Report) {
             ));
         }
     }
+}
+
+/// Hits given back on `rule=value` that may have been counted inside
+/// `span` (a refund not refused, answered or not).
+fn refunded(h: &History, rule: &str, value: &str, span: (u64, u64)) -> u64 {
+    h.ops
+        .iter()
+        .filter(|o| o.refund && o.rule == rule && o.value == value)
+        .filter(|o| o.answer != Answer::OverLimit && overlaps((o.sent, o.answered + 1), span))
+        .map(|o| u64::from(o.hits))
+        .sum()
 }

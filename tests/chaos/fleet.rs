@@ -1,6 +1,7 @@
-//! The fleet under test: one redis-server, and sluice instances that each
-//! reach it through a proxy of their own (so one instance can be cut off
-//! alone), all reading one rule directory.
+//! The fleet under test: one store (a redis-server or a memcached, see
+//! `store.rs`), and sluice instances that each reach it through a proxy of
+//! their own (so one instance can be cut off alone), all reading one rule
+//! directory.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -8,19 +9,31 @@ use std::process::{Child, Command};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::common::redis::RedisServer;
 use super::common::{Sluice, config_dir, send_signal};
 use super::proxy::Proxy;
+use super::store::{Backend, Store};
 
 /// The rules every instance decides by: (key, limit, window in ms). Each
 /// request names one key with a value (its counter). `d` is never reached:
 /// its windows are all admitted, so a reference's key must hold their hits.
-pub const RULES: [(&str, u32, u64); 4] = [
+/// [`SHADOW`] and [`REFUNDABLE`] are rules of their own kind.
+pub const RULES: [(&str, u32, u64); 6] = [
     ("a", 5, 1_000),
     ("b", 20, 1_000),
     ("c", 40, 2_000),
     ("d", 1_000, 1_000),
+    (SHADOW, 5, 1_000),
+    (REFUNDABLE, 10, 1_000),
 ];
+
+/// A `shadow_mode: true` rule: never refuses, whatever its count.
+pub const SHADOW: &str = "s";
+/// A `refundable: true` rule: clients give back half of what it admits.
+pub const REFUNDABLE: &str = "r";
+/// A concurrency rule (`conc`, then the slot's own entry), `max_in_flight`
+/// of it; memcached holds no slots, so its fleets have none.
+/// Four clients contend for its two slots, on one counter.
+pub const CONCURRENCY: (&str, u32) = ("conc", 2);
 
 /// The limit `a` takes on a reload, and back.
 pub const RELOADED: u32 = 8;
@@ -28,7 +41,7 @@ pub const RELOADED: u32 = 8;
 /// `--redis-timeout` of the fleet: the bound on any store wait.
 pub const STORE_TIMEOUT_MS: u64 = 50;
 
-pub fn rules_text(a_limit: u32) -> String {
+pub fn rules_text(a_limit: u32, backend: Backend) -> String {
     let mut s = "domain: chaos\ndescriptors:\n".to_owned();
     for (key, limit, window) in RULES {
         let limit = if key == "a" { a_limit } else { limit };
@@ -39,8 +52,22 @@ pub fn rules_text(a_limit: u32) -> String {
         } else {
             format!("window: {}s", window / 1000)
         };
+        let refundable = if key == REFUNDABLE {
+            ", refundable: true"
+        } else {
+            ""
+        };
         s.push_str(&format!(
-            "  - key: {key}\n    rate_limit: {{{period}, requests_per_unit: {limit}}}\n"
+            "  - key: {key}\n    rate_limit: {{{period}, requests_per_unit: {limit}{refundable}}}\n"
+        ));
+        if key == SHADOW {
+            s.push_str("    shadow_mode: true\n");
+        }
+    }
+    if backend != Backend::Memcached {
+        let (key, max) = CONCURRENCY;
+        s.push_str(&format!(
+            "  - key: {key}\n    descriptors:\n      - key: slot\n        rate_limit: {{algorithm: concurrency, max_in_flight: {max}, lease: 3s}}\n"
         ));
     }
     // The request flood's counter: a limit no flood reaches, so every
@@ -55,7 +82,8 @@ pub struct Instance {
 }
 
 pub struct Fleet {
-    pub redis: Mutex<RedisServer>,
+    pub store: Mutex<Store>,
+    pub backend: Backend,
     pub proxies: Vec<Proxy>,
     pub instances: Vec<Instance>,
     pub dir: tempfile::TempDir,
@@ -66,16 +94,17 @@ pub struct Fleet {
 }
 
 impl Fleet {
-    /// `n` instances with `extra` flags (`--key-format envoyproxy`, ...).
-    pub fn start(n: usize, extra: &[&str]) -> Fleet {
-        let redis = RedisServer::start();
-        let dir = config_dir(&[("chaos.yaml", &rules_text(RULES[0].1))]);
+    /// `n` instances on `backend` with `extra` flags (`--key-format
+    /// envoyproxy`, ...).
+    pub fn start(n: usize, backend: Backend, extra: &[&str]) -> Fleet {
+        let store = Store::start(backend);
+        let dir = config_dir(&[("chaos.yaml", &rules_text(RULES[0].1, backend))]);
         let mut args: Vec<String> = ["--redis-timeout", &format!("{STORE_TIMEOUT_MS}ms")]
             .iter()
             .map(|s| (*s).to_owned())
             .collect();
         args.extend(extra.iter().map(|s| (*s).to_owned()));
-        let proxies: Vec<Proxy> = (0..n).map(|_| Proxy::start(redis.port)).collect();
+        let proxies: Vec<Proxy> = (0..n).map(|_| Proxy::start(store.port())).collect();
         let clocks = tempfile::tempdir().expect("tempdir");
         let instances = proxies
             .iter()
@@ -83,7 +112,9 @@ impl Fleet {
             .map(|(i, p)| {
                 let clock = clocks.path().join(format!("clock-{i}"));
                 std::fs::write(&clock, "+0").expect("clock");
-                let s = start(dir.path(), "127.0.0.1:0", p.port, &args, &clock);
+                let mut all = backend.flags(p.port);
+                all.extend(args.iter().cloned());
+                let s = start(dir.path(), "127.0.0.1:0", &all, &clock);
                 let ready = super::common::eventually(Duration::from_secs(10), || {
                     s.readyz()["status"] == "ready"
                 });
@@ -95,7 +126,8 @@ impl Fleet {
             })
             .collect();
         Fleet {
-            redis: Mutex::new(redis),
+            store: Mutex::new(store),
+            backend,
             proxies,
             instances,
             dir,
@@ -106,15 +138,15 @@ impl Fleet {
     }
 
     pub fn signal_store(&self, sig: &str) {
-        self.redis.lock().expect("redis").signal(sig);
+        self.store.lock().expect("store").signal(sig);
     }
 
     pub fn kill_store(&self) {
-        self.redis.lock().expect("redis").kill();
+        self.store.lock().expect("store").kill();
     }
 
     pub fn restart_store(&self) {
-        self.redis.lock().expect("redis").restart();
+        self.store.lock().expect("store").restart();
     }
 
     pub fn signal_instance(&self, i: usize, sig: &str) {
@@ -131,11 +163,12 @@ impl Fleet {
     /// Starts instance `i` again on its gRPC address.
     pub fn restart_instance(&self, i: usize) {
         let inst = &self.instances[i];
+        let mut all = self.backend.flags(self.proxies[i].port);
+        all.extend(self.args.iter().cloned());
         let s = start(
             self.dir.path(),
             &inst.grpc.to_string(),
-            self.proxies[i].port,
-            &self.args,
+            &all,
             &self.clock(i),
         );
         *inst.sluice.lock().expect("instance") = Some(s);
@@ -232,7 +265,11 @@ impl Fleet {
     /// Rewrites the rules with `a`'s limit at `limit`; every instance
     /// reloads them.
     pub fn reload(&self, limit: u32) {
-        std::fs::write(self.dir.path().join("chaos.yaml"), rules_text(limit)).expect("rules");
+        std::fs::write(
+            self.dir.path().join("chaos.yaml"),
+            rules_text(limit, self.backend),
+        )
+        .expect("rules");
     }
 }
 
@@ -242,10 +279,8 @@ impl Drop for Fleet {
         for p in &self.proxies {
             p.pass();
         }
-        if let Ok(r) = self.redis.lock()
-            && r.pid() > 0
-        {
-            send_signal(r.pid(), "CONT");
+        if let Ok(r) = self.store.lock() {
+            r.signal("CONT");
         }
         for i in &self.instances {
             if let Ok(s) = i.sluice.lock()
@@ -260,10 +295,8 @@ impl Drop for Fleet {
 /// An instance whose wall clock is the host's plus what `clock` says
 /// (libfaketime, read again every second; its monotonic clock is the
 /// host's, as NTP and `date` leave it).
-fn start(dir: &Path, grpc: &str, proxy: u16, args: &[String], clock: &Path) -> Sluice {
-    let url = format!("redis://127.0.0.1:{proxy}");
-    let mut all: Vec<&str> = vec!["--redis-url", &url];
-    all.extend(args.iter().map(String::as_str));
+fn start(dir: &Path, grpc: &str, args: &[String], clock: &Path) -> Sluice {
+    let all: Vec<&str> = args.iter().map(String::as_str).collect();
     let lib = super::common::faketime_lib();
     let file = clock.display().to_string();
     Sluice::start_at_env(

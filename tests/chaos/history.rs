@@ -30,6 +30,10 @@ pub struct Op {
     pub rule: &'static str,
     pub value: String,
     pub hits: u32,
+    /// Hits given back (`is_negative_hits`): a refund, or a slot's release.
+    pub refund: bool,
+    /// A concurrency slot's id (0: none), taken or, with `refund`, released.
+    pub slot: u64,
     pub sent: u64,
     pub answered: u64,
     pub answer: Answer,
@@ -77,6 +81,20 @@ pub struct RefRead {
     pub count: Option<u64>,
 }
 
+/// An operator's reset of one counter through one instance's admin port,
+/// sent at `sent` and answered at `answered` with `status` (0: no answer,
+/// the instance stopped or gone). Any reset may have emptied the counter,
+/// answered or not.
+#[derive(Debug, Clone)]
+pub struct Reset {
+    pub instance: usize,
+    pub rule: &'static str,
+    pub value: String,
+    pub sent: u64,
+    pub answered: u64,
+    pub status: u16,
+}
+
 #[derive(Debug, Default)]
 pub struct History {
     pub reference: Vec<RefRead>,
@@ -85,6 +103,9 @@ pub struct History {
     pub faults: Vec<Fault>,
     pub degraded: Vec<Degraded>,
     pub changes: Vec<LimitChange>,
+    pub resets: Vec<Reset>,
+    /// Lookups an operator made, and how many were answered 200.
+    pub lookups: (u64, u64),
 }
 
 pub type Shared = Arc<Mutex<History>>;
@@ -106,6 +127,11 @@ impl History {
             let line = json!({"reload": c.rule, "at": c.at, "limit": c.limit});
             out.push_str(&format!("{line}\n"));
         }
+        for r in &self.resets {
+            let line = json!({"reset": format!("{}={}", r.rule, r.value), "instance": r.instance,
+                "sent": r.sent, "answered": r.answered, "status": r.status});
+            out.push_str(&format!("{line}\n"));
+        }
         for o in &self.ops {
             let answer = match o.answer {
                 Answer::Ok => "OK".to_owned(),
@@ -113,7 +139,7 @@ impl History {
                 Answer::Error(code) => format!("error {code}"),
             };
             let line = json!({"instance": o.instance, "key": format!("{}={}", o.rule, o.value),
-                "hits": o.hits, "sent": o.sent, "answered": o.answered, "answer": answer});
+                "hits": o.hits, "refund": o.refund, "slot": o.slot, "sent": o.sent, "answered": o.answered, "answer": answer});
             out.push_str(&format!("{line}\n"));
         }
         out

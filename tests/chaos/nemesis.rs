@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::fleet::{Fleet, RELOADED, RULES};
 use super::history::{Fault, LimitChange, Shared, now_ms};
+use super::store::Backend;
 
 /// A small deterministic generator (splitmix64): the seed is the schedule.
 pub struct Rng(u64);
@@ -57,6 +58,17 @@ pub const KINDS: [Kind; 11] = [
     Kind::ClockStep,
 ];
 
+/// The kinds a fleet on `backend` is held to: all of them, but a clock
+/// step on memcached, whose windows follow each instance's own clock (it
+/// has no clock to read finer than a second; the book says so).
+pub fn kinds(backend: Backend) -> Vec<Kind> {
+    KINDS
+        .iter()
+        .copied()
+        .filter(|k| backend != Backend::Memcached || *k != Kind::ClockStep)
+        .collect()
+}
+
 impl Kind {
     pub fn name(self) -> &'static str {
         match self {
@@ -98,7 +110,7 @@ pub struct Planned {
 /// The schedule of `seed` over `duration`: every kind once in an order the
 /// seed draws, then again, each 1 to 3 s long with 1 to 2 s of quiet
 /// between, none in the last 3 s (the fleet settles and is checked healthy).
-pub fn schedule(seed: u64, duration: Duration, instances: usize) -> Vec<Planned> {
+pub fn schedule(seed: u64, duration: Duration, instances: usize, all: &[Kind]) -> Vec<Planned> {
     let mut rng = Rng::new(seed);
     let end = u64::try_from(duration.as_millis())
         .unwrap_or(u64::MAX)
@@ -106,7 +118,7 @@ pub fn schedule(seed: u64, duration: Duration, instances: usize) -> Vec<Planned>
     let mut plan = Vec::new();
     let mut at = 2_000;
     loop {
-        let mut kinds = KINDS.to_vec();
+        let mut kinds = all.to_vec();
         while !kinds.is_empty() {
             let kind = kinds.swap_remove(rng.below(kinds.len() as u64) as usize);
             let for_ms = 1_000 + rng.below(2_000);

@@ -9,8 +9,8 @@ use std::time::Duration;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use tonic::transport::{Channel, Endpoint};
 
-use super::fleet::{Fleet, RULES};
-use super::history::{Answer, Degraded, Op, RefRead, Shared, now_ms};
+use super::fleet::{CONCURRENCY, Fleet, REFUNDABLE, RULES};
+use super::history::{Answer, Degraded, Op, RefRead, Reset, Shared, now_ms};
 use super::nemesis::Rng;
 
 /// Clients at once, and the pause between one's requests.
@@ -39,11 +39,35 @@ pub async fn clients(fleet: Arc<Fleet>, history: Shared, seed: u64, until_ms: u6
                 .map(|i| channel(&fleet, i))
                 .collect();
             let mut n = c;
+            let slots = fleet.backend != super::store::Backend::Memcached;
             while now_ms() < until_ms {
                 n += 1;
                 let instance = n % chans.len();
-                let op = one(&mut chans[instance], instance, &mut rng).await;
-                history.lock().expect("history").ops.push(op);
+                let c = &mut chans[instance];
+                let first = one(c, instance, &mut rng, slots).await;
+                let admitted = first.answer == Answer::Ok;
+                let (rule, value, hits, slot) =
+                    (first.rule, first.value.clone(), first.hits, first.slot);
+                history.lock().expect("history").ops.push(first);
+                // A slot is held a while, then released; half of what a
+                // refundable rule admits is given back.
+                let back = if slot > 0 {
+                    tokio::time::sleep(Duration::from_millis(10 + rng.below(50))).await;
+                    true
+                } else {
+                    rule == REFUNDABLE && admitted && rng.below(2) == 0
+                };
+                if back {
+                    let ask = Ask {
+                        rule,
+                        value,
+                        hits,
+                        refund: true,
+                        slot,
+                    };
+                    let op = send(c, instance, ask).await;
+                    history.lock().expect("history").ops.push(op);
+                }
                 tokio::time::sleep(PAUSE).await;
             }
         }));
@@ -53,13 +77,55 @@ pub async fn clients(fleet: Arc<Fleet>, history: Shared, seed: u64, until_ms: u6
     }
 }
 
-async fn one(c: &mut RateLimitServiceClient<Channel>, instance: usize, rng: &mut Rng) -> Op {
-    let (rule, _, _) = RULES[rng.below(RULES.len() as u64) as usize];
+/// What one request asks.
+struct Ask {
+    rule: &'static str,
+    value: String,
+    hits: u32,
+    refund: bool,
+    slot: u64,
+}
+
+/// A request on a rule the seed picks: hits on a counter, or a slot taken.
+async fn one(
+    c: &mut RateLimitServiceClient<Channel>,
+    instance: usize,
+    rng: &mut Rng,
+    slots: bool,
+) -> Op {
+    let n = RULES.len() as u64 + u64::from(slots);
+    let pick = rng.below(n) as usize;
     let value = format!("v{}", rng.below(2));
-    let hits = 1 + rng.below(3) as u32;
-    let mut req =
-        super::common::request("chaos", vec![super::common::descriptor(&[(rule, &value)])]);
-    req.hits_addend = hits;
+    let ask = match RULES.get(pick) {
+        Some((rule, _, _)) => Ask {
+            rule,
+            value,
+            hits: 1 + rng.below(3) as u32,
+            refund: false,
+            slot: 0,
+        },
+        None => Ask {
+            rule: CONCURRENCY.0,
+            value: "v0".to_owned(),
+            hits: 1,
+            refund: false,
+            slot: 1 + rng.next() % (1 << 40),
+        },
+    };
+    send(c, instance, ask).await
+}
+
+async fn send(c: &mut RateLimitServiceClient<Channel>, instance: usize, ask: Ask) -> Op {
+    let slot = ask.slot.to_string();
+    let entries: Vec<(&str, &str)> = if ask.slot > 0 {
+        vec![(ask.rule, &ask.value), ("slot", &slot)]
+    } else {
+        vec![(ask.rule, &ask.value)]
+    };
+    let mut d = super::common::descriptor(&entries);
+    d.is_negative_hits = ask.refund;
+    let mut req = super::common::request("chaos", vec![d]);
+    req.hits_addend = ask.hits;
     let sent = now_ms();
     let answer = match c.should_rate_limit(req).await {
         Ok(r) if r.get_ref().overall_code == 1 => Answer::Ok,
@@ -68,28 +134,89 @@ async fn one(c: &mut RateLimitServiceClient<Channel>, instance: usize, rng: &mut
     };
     Op {
         instance,
-        rule,
-        value,
-        hits,
+        rule: ask.rule,
+        value: ask.value,
+        hits: ask.hits,
+        refund: ask.refund,
+        slot: ask.slot,
         sent,
         answered: now_ms(),
         answer,
     }
 }
 
-/// `/readyz` of an instance that may be stopped or gone: `None` then.
-fn readyz(admin: std::net::SocketAddr) -> Option<String> {
+/// One HTTP/1.1 exchange with an instance's admin port that may be
+/// stopped or gone: `None` then. Status and the raw answer.
+fn admin_call(
+    admin: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> Option<(u16, String)> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect_timeout(&admin, Duration::from_millis(300)).ok()?;
-    s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+    s.set_read_timeout(Some(Duration::from_millis(1_500)))
+        .ok()?;
     write!(
         s,
-        "GET /readyz HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
     )
     .ok()?;
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
-    Some(out)
+    let status = out.split(' ').nth(1)?.parse().ok()?;
+    Some((status, out))
+}
+
+/// `/readyz` of an instance that may be stopped or gone: `None` then.
+fn readyz(admin: std::net::SocketAddr) -> Option<String> {
+    admin_call(admin, "GET", "/readyz", "").map(|(_, body)| body)
+}
+
+/// An operator: every 0.5 to 1.5 s (drawn from the seed) resets a counter
+/// of a rule that is reached, or looks one up, through an instance in
+/// turn, mid-flood, and records each reset with its span and answer.
+pub fn operate(fleet: &Fleet, history: &Shared, seed: u64, until_ms: u64) {
+    let mut rng = Rng::new(seed ^ 0x5eed_0f0f);
+    let mut n = 0;
+    while now_ms() < until_ms {
+        std::thread::sleep(Duration::from_millis(500 + rng.below(1_000)));
+        n += 1;
+        let instance = n % fleet.instances.len();
+        // `d` is never reached: its counters have nothing to reset.
+        let (rule, _, _) = RULES[rng.below(3) as usize];
+        let value = format!("v{}", rng.below(2));
+        let reset = rng.below(3) > 0;
+        let Some(admin) = fleet.admins()[instance] else {
+            continue;
+        };
+        let body = format!(
+            r#"{{"domain":"chaos","descriptors":[{{"entries":[{{"key":"{rule}","value":"{value}"}}]}}]}}"#
+        );
+        let path = if reset {
+            "/api/counters/reset"
+        } else {
+            "/api/counters"
+        };
+        let sent = now_ms();
+        let status = admin_call(admin, "POST", path, &body).map_or(0, |(s, _)| s);
+        let answered = now_ms();
+        let mut h = history.lock().expect("history");
+        if reset {
+            h.resets.push(Reset {
+                instance,
+                rule,
+                value,
+                sent,
+                answered,
+                status,
+            });
+        } else {
+            h.lookups.0 += 1;
+            h.lookups.1 += u64::from(status == 200);
+        }
+    }
 }
 
 /// Reads each instance's `/readyz` every 100 ms until `until_ms`, and
@@ -138,8 +265,10 @@ pub fn read_reference(fleet: &Fleet, history: &Shared, until_ms: u64) {
         // Read a window 400 ms after it ends (answers in flight have landed),
         // well before its key expires.
         while next + 1_400 <= now_ms() {
-            let port = fleet.redis.lock().expect("redis").port;
-            for (rule, _, len) in RULES.iter().filter(|r| r.2 == 1_000) {
+            let port = fleet.store.lock().expect("store").port();
+            // A shadow rule's key holds refused hits too, a refundable
+            // one's fewer: the plain rules only.
+            for (rule, _, len) in RULES[..4].iter().filter(|r| r.2 == 1_000) {
                 for value in ["v0", "v1"] {
                     let key = format!("chaos_{rule}_{value}_{}", next / len);
                     let reply = super::common::redis::command(port, &format!("GET {key}"));
