@@ -56,6 +56,10 @@ async fn rules_follow_the_management_server() {
     assert_eq!(r["config"]["source"], "xds");
     let mut c = s.client().await;
     assert_eq!(admitted_of(&mut c, "a", 3).await, 2, "v1: 2 per hour");
+    // A version is in force before its ACK reaches the server.
+    assert!(eventually(Duration::from_secs(10), || ads
+        .answer("v1")
+        .is_some()));
     let ack = ads.answer("v1").expect("an ACK for v1");
     assert_eq!(ack.version_info, "v1");
     assert!(ack.error_detail.is_none());
@@ -70,6 +74,9 @@ async fn rules_follow_the_management_server() {
     ads.push("v2", &[config(3, 5)]);
     assert!(eventually(Duration::from_secs(10), || version(&s) == "v2"));
     assert_eq!(admitted_of(&mut c, "b", 6).await, 5, "v2: 5 per hour");
+    assert!(eventually(Duration::from_secs(10), || ads
+        .answer("v2")
+        .is_some()));
     assert!(ads.answer("v2").is_some_and(|a| a.version_info == "v2"));
 
     // A bad update (no unit): NACKed, and v2 keeps deciding.
@@ -158,6 +165,11 @@ async fn rules_come_over_mutual_tls() {
         eventually(Duration::from_secs(10), || version(&s) == "t1"),
         "{}",
         s.readyz()
+    );
+    // The version is in force before its ACK reaches the server: wait for it.
+    assert!(
+        eventually(Duration::from_secs(10), || ads.answer("t1").is_some()),
+        "t1 never answered"
     );
     assert!(ads.answer("t1").is_some_and(|a| a.error_detail.is_none()));
     // A stranger (no client certificate) is refused by the server.
