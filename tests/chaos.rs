@@ -31,6 +31,8 @@ mod refusals;
 mod store;
 #[path = "chaos/workload.rs"]
 mod workload;
+#[path = "chaos/xds.rs"]
+mod xds;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -40,11 +42,15 @@ use store::Backend;
 
 /// The seeds `make test` runs, each for [`SHORT`], the store each run's
 /// fleet shares and its flags: Redis with sluice's key format, then the
-/// reference's, then memcached.
-const SEEDS: [(u64, Backend, &[&str]); 3] = [
+/// reference's, then memcached, a Sentinel, a Cluster, and Redis with the
+/// rules over xDS.
+const SEEDS: [(u64, Backend, &[&str]); 6] = [
     (1, Backend::Redis, &[]),
     (2, Backend::Redis, &["--key-format", "envoyproxy"]),
     (3, Backend::Memcached, &[]),
+    (4, Backend::Sentinel, &[]),
+    (5, Backend::Cluster, &[]),
+    (6, Backend::Xds, &[]),
 ];
 const SHORT: Duration = Duration::from_secs(50);
 const INSTANCES: usize = 2;
@@ -109,8 +115,16 @@ fn run(seed: u64, duration: Duration, backend: Backend, extra: &[&str]) -> check
         h.lookups.0,
         h.lookups.1
     );
+    if backend == Backend::Sentinel {
+        eprintln!(
+            "seed {seed}: the Sentinel named {} masters in turn",
+            h.masters.len()
+        );
+    }
     let mut report = checker::check(&h, INSTANCES);
     report.kinds = kinds.len();
+    report.masters = h.masters.len();
+    report.slots_moved = h.slots_moved;
     report
 }
 
@@ -139,6 +153,12 @@ fn short_seeds_keep_every_promise() {
             nemesis::kinds(backend).len(),
             "seed {seed}: every fault kind applied"
         );
+        if backend == Backend::Sentinel {
+            assert!(r.masters > 1, "seed {seed}: the Sentinel never failed over");
+        }
+        if backend == Backend::Cluster {
+            assert!(r.slots_moved > 0, "seed {seed}: no slot was moved");
+        }
         let exact = r
             .table
             .iter()

@@ -42,7 +42,7 @@
 
 use std::collections::BTreeMap;
 
-use super::fleet::{RULES, SHADOW, STORE_TIMEOUT_MS};
+use super::fleet::{BUCKET, RULES, SHADOW, STORE_TIMEOUT_MS};
 use super::history::{Answer, History, Reset};
 
 /// Slack on an answer's time beyond `--redis-timeout`.
@@ -75,6 +75,10 @@ pub struct Report {
     pub ops: usize,
     /// Fault kinds the nemesis applied.
     pub kinds: usize,
+    /// Masters a Sentinel named in turn (0 elsewhere).
+    pub masters: usize,
+    /// Slots moved between Cluster masters (0 elsewhere).
+    pub slots_moved: usize,
     /// (fault kind or "none", promise) -> windows or answers checked.
     pub table: BTreeMap<(String, &'static str), Tally>,
     pub violations: Vec<String>,
@@ -240,12 +244,15 @@ fn windows(h: &History, instances: usize, r: &mut Report) {
         let resets = resets_in(h, rule, value, span);
         // What was given back inside the window may be admitted again.
         let back = refunded(h, rule, value, span);
+        // A bucket admits its burst (the limit) and a limit's refill in a
+        // window; a reset fills it again.
+        let most = if rule == BUCKET { 2 * limit } else { limit };
         let (promise, bound) = if store_faults.is_empty() && !degraded {
-            (EXACT, limit * (1 + resets) + back)
+            (EXACT, most * (1 + resets) + back)
         } else {
             (
                 POLICY,
-                limit * (instances as u64 + 1 + u64::from(lost) + resets) + back,
+                most * (instances as u64 + 1 + u64::from(lost) + resets) + back,
             )
         };
         let active: Vec<String> = h

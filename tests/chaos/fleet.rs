@@ -12,24 +12,36 @@ use std::time::Duration;
 use super::common::{Sluice, config_dir, send_signal};
 use super::proxy::Proxy;
 use super::store::{Backend, Store};
+use super::xds::Xds;
 
 /// The rules every instance decides by: (key, limit, window in ms). Each
 /// request names one key with a value (its counter). `d` is never reached:
 /// its windows are all admitted, so a reference's key must hold their hits.
-/// [`SHADOW`] and [`REFUNDABLE`] are rules of their own kind.
-pub const RULES: [(&str, u32, u64); 6] = [
+/// The first four are plain fixed windows; the rest are of their own kind
+/// ([`SHADOW`], [`REFUNDABLE`], [`SLIDING`], [`BUCKET`]) or limit (`e`, 1).
+pub const RULES: [(&str, u32, u64); 9] = [
     ("a", 5, 1_000),
     ("b", 20, 1_000),
     ("c", 40, 2_000),
-    ("d", 1_000, 1_000),
+    ("d", 10_000, 1_000),
     (SHADOW, 5, 1_000),
     (REFUNDABLE, 10, 1_000),
+    ("e", 1, 1_000),
+    (SLIDING, 10, 1_000),
+    (BUCKET, 10, 1_000),
 ];
 
 /// A `shadow_mode: true` rule: never refuses, whatever its count.
 pub const SHADOW: &str = "s";
 /// A `refundable: true` rule: clients give back half of what it admits.
 pub const REFUNDABLE: &str = "r";
+/// A sliding window: the two-window estimate within the limit, so a fixed
+/// window's admitted hits within it too.
+pub const SLIDING: &str = "w";
+/// A token bucket (`burst` the limit): `burst + rate × s`, so at most twice
+/// the limit in a window.
+pub const BUCKET: &str = "k";
+
 /// A concurrency rule (`conc`, then the slot's own entry), `max_in_flight`
 /// of it; memcached holds no slots, so its fleets have none.
 /// Four clients contend for its two slots, on one counter.
@@ -52,19 +64,20 @@ pub fn rules_text(a_limit: u32, backend: Backend) -> String {
         } else {
             format!("window: {}s", window / 1000)
         };
-        let refundable = if key == REFUNDABLE {
-            ", refundable: true"
-        } else {
-            ""
+        let extra = match key {
+            REFUNDABLE => ", refundable: true",
+            SLIDING => ", algorithm: sliding_window",
+            BUCKET => ", algorithm: token_bucket",
+            _ => "",
         };
         s.push_str(&format!(
-            "  - key: {key}\n    rate_limit: {{{period}, requests_per_unit: {limit}{refundable}}}\n"
+            "  - key: {key}\n    rate_limit: {{{period}, requests_per_unit: {limit}{extra}}}\n"
         ));
         if key == SHADOW {
             s.push_str("    shadow_mode: true\n");
         }
     }
-    if backend != Backend::Memcached {
+    if backend.slots() {
         let (key, max) = CONCURRENCY;
         s.push_str(&format!(
             "  - key: {key}\n    descriptors:\n      - key: slot\n        rate_limit: {{algorithm: concurrency, max_in_flight: {max}, lease: 3s}}\n"
@@ -91,6 +104,10 @@ pub struct Fleet {
     clocks: tempfile::TempDir,
     args: Vec<String>,
     flood: Mutex<Vec<Child>>,
+    /// The store process stopped by the nemesis, to continue.
+    stopped: Mutex<Option<u32>>,
+    /// The management server, when the rules come over xDS.
+    xds: Option<Xds>,
 }
 
 impl Fleet {
@@ -104,6 +121,12 @@ impl Fleet {
             .map(|s| (*s).to_owned())
             .collect();
         args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let xds = (backend == Backend::Xds).then(|| Xds::start(RULES[0].1));
+        if let Some(x) = &xds {
+            args.extend(x.flags());
+        }
+        // Where the fleet is not proxied the proxies carry nothing: the
+        // store's flags name its own addresses.
         let proxies: Vec<Proxy> = (0..n).map(|_| Proxy::start(store.port())).collect();
         let clocks = tempfile::tempdir().expect("tempdir");
         let instances = proxies
@@ -112,13 +135,19 @@ impl Fleet {
             .map(|(i, p)| {
                 let clock = clocks.path().join(format!("clock-{i}"));
                 std::fs::write(&clock, "+0").expect("clock");
-                let mut all = backend.flags(p.port);
+                let mut all = store.flags(p.port);
                 all.extend(args.iter().cloned());
                 let s = start(dir.path(), "127.0.0.1:0", &all, &clock);
                 let ready = super::common::eventually(Duration::from_secs(10), || {
                     s.readyz()["status"] == "ready"
                 });
                 assert!(ready, "instance never ready: {}", s.readyz());
+                if backend == Backend::Xds {
+                    // The pushed rules, shaped by the overlay.
+                    let (_, rl) = s.get("/rlconfig");
+                    assert!(rl.contains("algorithm=sliding_window"), "{rl}");
+                    assert!(rl.contains("chaos.c: window=2s"), "{rl}");
+                }
                 Instance {
                     grpc: s.grpc,
                     sluice: Mutex::new(Some(s)),
@@ -134,11 +163,39 @@ impl Fleet {
             clocks,
             args,
             flood: Mutex::new(Vec::new()),
+            stopped: Mutex::new(None),
+            xds,
         }
     }
 
+    /// Stops the store (its master, on Sentinel) or continues the one
+    /// stopped, whichever the Sentinel names master by then.
     pub fn signal_store(&self, sig: &str) {
-        self.store.lock().expect("store").signal(sig);
+        let mut stopped = self.stopped.lock().expect("stopped");
+        if sig == "STOP" {
+            let pid = self.store.lock().expect("store").pid();
+            *stopped = Some(pid);
+            send_signal(pid, sig);
+        } else if let Some(pid) = stopped.take() {
+            send_signal(pid, sig);
+        }
+    }
+
+    /// Takes the xDS server away, or brings it back.
+    pub fn xds_gone(&self, on: bool) {
+        if let Some(x) = &self.xds {
+            x.gone(on);
+        }
+    }
+
+    /// A failover without a failure, where the store has replicas.
+    pub fn failover(&self, pick: usize) {
+        self.store.lock().expect("store").failover(pick);
+    }
+
+    /// Slots moved between Cluster masters under load: how many.
+    pub fn migrate(&self, pick: usize) -> usize {
+        self.store.lock().expect("store").migrate(pick)
     }
 
     pub fn kill_store(&self) {
@@ -163,7 +220,11 @@ impl Fleet {
     /// Starts instance `i` again on its gRPC address.
     pub fn restart_instance(&self, i: usize) {
         let inst = &self.instances[i];
-        let mut all = self.backend.flags(self.proxies[i].port);
+        let mut all = self
+            .store
+            .lock()
+            .expect("store")
+            .flags(self.proxies[i].port);
         all.extend(self.args.iter().cloned());
         let s = start(
             self.dir.path(),
@@ -265,6 +326,9 @@ impl Fleet {
     /// Rewrites the rules with `a`'s limit at `limit`; every instance
     /// reloads them.
     pub fn reload(&self, limit: u32) {
+        if let Some(x) = &self.xds {
+            return x.push(limit);
+        }
         std::fs::write(
             self.dir.path().join("chaos.yaml"),
             rules_text(limit, self.backend),
@@ -280,7 +344,7 @@ impl Drop for Fleet {
             p.pass();
         }
         if let Ok(r) = self.store.lock() {
-            r.signal("CONT");
+            r.continue_all();
         }
         for i in &self.instances {
             if let Ok(s) = i.sluice.lock()

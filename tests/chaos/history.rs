@@ -104,6 +104,10 @@ pub struct History {
     pub degraded: Vec<Degraded>,
     pub changes: Vec<LimitChange>,
     pub resets: Vec<Reset>,
+    /// On Cluster, the slots the nemesis moved between masters.
+    pub slots_moved: usize,
+    /// On Sentinel, when the master's port changed (the first reading too).
+    pub masters: Vec<(u64, u16)>,
     /// Lookups an operator made, and how many were answered 200.
     pub lookups: (u64, u64),
 }
@@ -125,6 +129,10 @@ impl History {
         }
         for c in &self.changes {
             let line = json!({"reload": c.rule, "at": c.at, "limit": c.limit});
+            out.push_str(&format!("{line}\n"));
+        }
+        for (at, port) in &self.masters {
+            let line = json!({"master": port, "at": at});
             out.push_str(&format!("{line}\n"));
         }
         for r in &self.resets {

@@ -42,9 +42,12 @@ pub enum Kind {
     RequestFlood,
     Reload,
     ClockStep,
+    Failover,
+    Migration,
+    XdsGone,
 }
 
-pub const KINDS: [Kind; 11] = [
+pub const KINDS: [Kind; 14] = [
     Kind::StoreStop,
     Kind::StoreKill,
     Kind::InstanceStop,
@@ -56,16 +59,29 @@ pub const KINDS: [Kind; 11] = [
     Kind::RequestFlood,
     Kind::Reload,
     Kind::ClockStep,
+    Kind::Failover,
+    Kind::Migration,
+    Kind::XdsGone,
 ];
 
-/// The kinds a fleet on `backend` is held to: all of them, but a clock
-/// step on memcached, whose windows follow each instance's own clock (it
-/// has no clock to read finer than a second; the book says so).
+/// The kinds a fleet on `backend` is held to: a failover only where there
+/// are replicas (Sentinel, Cluster), a slot migration only on a Cluster,
+/// the xDS server gone only where the rules come over xDS; no clock step on memcached, whose windows follow each
+/// instance's own clock (it has no clock to read finer than a second; the
+/// book says so); no fault of one instance's link where the instances reach
+/// the store directly (a Sentinel names the master's own address).
 pub fn kinds(backend: Backend) -> Vec<Kind> {
     KINDS
         .iter()
         .copied()
-        .filter(|k| backend != Backend::Memcached || *k != Kind::ClockStep)
+        .filter(|k| match k {
+            Kind::Failover => matches!(backend, Backend::Sentinel | Backend::Cluster),
+            Kind::Migration => backend == Backend::Cluster,
+            Kind::XdsGone => backend == Backend::Xds,
+            Kind::ClockStep => backend != Backend::Memcached,
+            Kind::Partition | Kind::Silent | Kind::Latency => backend.proxied(),
+            _ => true,
+        })
         .collect()
 }
 
@@ -83,6 +99,9 @@ impl Kind {
             Kind::RequestFlood => "request flood (h2load at each instance)",
             Kind::Reload => "reload changing a limit",
             Kind::ClockStep => "instance wall clock stepped 0.3 to 3 s",
+            Kind::Failover => "store failover (SENTINEL or CLUSTER FAILOVER)",
+            Kind::Migration => "Cluster slots migrated under load",
+            Kind::XdsGone => "xDS server gone",
         }
     }
 
@@ -91,7 +110,12 @@ impl Kind {
     fn touches_store(self) -> bool {
         matches!(
             self,
-            Kind::StoreStop | Kind::StoreKill | Kind::Partition | Kind::Silent | Kind::Latency
+            Kind::StoreStop
+                | Kind::StoreKill
+                | Kind::Partition
+                | Kind::Silent
+                | Kind::Latency
+                | Kind::Failover
         )
     }
 }
@@ -163,7 +187,10 @@ pub fn run(fleet: &Fleet, plan: &[Planned], start_ms: u64, history: &Shared) {
             start,
             end,
             store: p.kind.touches_store(),
-            lost: p.kind == Kind::StoreKill,
+            // A Sentinel failover loses what the replica had not yet
+            // received (a Cluster's waits for its replica to catch up).
+            lost: p.kind == Kind::StoreKill
+                || p.kind == Kind::Failover && fleet.backend == Backend::Sentinel,
         };
         history.lock().expect("history").faults.push(fault);
     }
@@ -186,6 +213,13 @@ fn apply(fleet: &Fleet, p: &Planned, on: bool, history: &Shared) {
         (Kind::Partition | Kind::Silent | Kind::Latency, false) => fleet.proxies[i].pass(),
         (Kind::ClockStep, true) => fleet.step_clock(i, p.step_ms),
         (Kind::ClockStep, false) => fleet.step_clock(i, 0),
+        (Kind::Failover, true) => fleet.failover(p.target),
+        (Kind::Migration, true) => {
+            let moved = fleet.migrate(p.target);
+            history.lock().expect("history").slots_moved += moved;
+        }
+        (Kind::Failover | Kind::Migration, false) => {}
+        (Kind::XdsGone, on) => fleet.xds_gone(on),
         (Kind::CpuFlood, on) => fleet.flood(on),
         (Kind::RequestFlood, on) => fleet.request_flood(on),
         (Kind::Reload, on) => {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use super::checker::{
     NO_FALSE_REFUSAL, Report, STALE_MS, limits_in_force, overlaps, reset_end, touched,
 };
-use super::fleet::{REFUNDABLE, RULES, SHADOW};
+use super::fleet::{BUCKET, REFUNDABLE, RULES, SHADOW, SLIDING};
 use super::history::{Answer, History, Op, Reset};
 
 /// Each key's operations, sorted by when they were sent.
@@ -32,10 +32,13 @@ fn by_key(h: &History) -> BTreeMap<(&str, &str), Vec<&Op>> {
 /// lowest limit in force.
 pub fn check(h: &History, instances: usize, r: &mut Report) {
     let keys = by_key(h);
-    // A refundable rule's count falls by refunds this cannot place; shadow
-    // rules and refunds never refuse (`kinds.rs`).
+    // Fixed windows only: a refundable rule's count falls by refunds this
+    // cannot place, a sliding window's estimate and a bucket's level are
+    // not sums of hits; shadow rules and refunds never refuse (`kinds.rs`).
     let refused = h.ops.iter().filter(|o| {
-        o.answer == Answer::OverLimit && !o.refund && o.rule != SHADOW && o.rule != REFUNDABLE
+        o.answer == Answer::OverLimit
+            && !o.refund
+            && ![SHADOW, REFUNDABLE, SLIDING, BUCKET].contains(&o.rule)
     });
     for op in refused {
         let Some((_, base, len)) = RULES.iter().find(|(k, _, _)| *k == op.rule) else {

@@ -39,7 +39,7 @@ pub async fn clients(fleet: Arc<Fleet>, history: Shared, seed: u64, until_ms: u6
                 .map(|i| channel(&fleet, i))
                 .collect();
             let mut n = c;
-            let slots = fleet.backend != super::store::Backend::Memcached;
+            let slots = fleet.backend.slots();
             while now_ms() < until_ms {
                 n += 1;
                 let instance = n % chans.len();
@@ -240,6 +240,13 @@ pub fn observe(fleet: &Fleet, history: &Shared, until_ms: u64) {
                     open[i] = None;
                 }
                 _ => {}
+            }
+        }
+        if fleet.backend == super::store::Backend::Sentinel {
+            let port = fleet.store.lock().expect("store").port();
+            let mut h = history.lock().expect("history");
+            if h.masters.last().is_none_or(|(_, p)| *p != port) {
+                h.masters.push((now_ms(), port));
             }
         }
         std::thread::sleep(Duration::from_millis(100));
