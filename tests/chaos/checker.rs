@@ -43,7 +43,7 @@
 use std::collections::BTreeMap;
 
 use super::fleet::{BUCKET, RULES, SHADOW, STORE_TIMEOUT_MS};
-use super::history::{Answer, History, Reset};
+use super::history::{Answer, History, Op, Reset};
 
 /// Slack on an answer's time beyond `--redis-timeout`.
 pub const GRACE_MS: u64 = 1_500;
@@ -223,6 +223,8 @@ fn windows(h: &History, instances: usize, r: &mut Report) {
             *admitted.entry((o.rule, &o.value, w)).or_default() += u64::from(o.hits);
         }
     }
+    let mut refunds: Vec<&Op> = h.ops.iter().filter(|o| o.refund).collect();
+    refunds.sort_by_key(|o| o.sent);
     for ((rule, value, w), hits) in admitted {
         let Some((_, base, len)) = RULES.iter().find(|(k, _, _)| *k == rule) else {
             continue;
@@ -243,7 +245,7 @@ fn windows(h: &History, instances: usize, r: &mut Report) {
         // Each reset inside the window gives the counter its limit again.
         let resets = resets_in(h, rule, value, span);
         // What was given back inside the window may be admitted again.
-        let back = refunded(h, rule, value, span);
+        let back = refunded(&refunds, rule, value, span);
         // A bucket admits its burst (the limit) and a limit's refill in a
         // window; a reset fills it again.
         let most = if rule == BUCKET { 2 * limit } else { limit };
@@ -329,10 +331,13 @@ fn latency(h: &History, r: &mut Report) {
 
 /// Hits given back on `rule=value` that may have been counted inside
 /// `span` (a refund not refused, answered or not).
-fn refunded(h: &History, rule: &str, value: &str, span: (u64, u64)) -> u64 {
-    h.ops
+fn refunded(refunds: &[&Op], rule: &str, value: &str, span: (u64, u64)) -> u64 {
+    // Sorted by when sent; one is answered within a client's timeout.
+    let first = refunds.partition_point(|o| o.sent + 10_000 < span.0);
+    refunds[first..]
         .iter()
-        .filter(|o| o.refund && o.rule == rule && o.value == value)
+        .take_while(|o| o.sent < span.1)
+        .filter(|o| o.rule == rule && o.value == value)
         .filter(|o| o.answer != Answer::OverLimit && overlaps((o.sent, o.answered + 1), span))
         .map(|o| u64::from(o.hits))
         .sum()
