@@ -14,6 +14,7 @@ mod keys;
 mod limits;
 mod metadata;
 mod shape;
+mod split;
 use super::yaml::{self, Node, Value, position};
 use crate::limiter::{Algorithm, Period};
 use crate::store::FailurePolicy;

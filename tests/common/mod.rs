@@ -135,7 +135,9 @@ impl Sluice {
                 sink.lock().unwrap().push(line);
             }
         });
-        let line = match rx.recv_timeout(Duration::from_secs(30)) {
+        // Rules load before sluice listens: 100,000 of them take a debug
+        // build some seconds, beside busy loops several times that.
+        let line = match rx.recv_timeout(Duration::from_secs(120)) {
             Ok(line) => line,
             Err(_) => {
                 let _ = child.kill();

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::{ConfigError, DomainFile, Parser, yaml};
+use super::{ConfigError, DomainFile, Parser, split, yaml};
 use crate::config::yaml::FileBounds;
 
 /// Parses and validates one file on its own (cross-file rules are checked when
@@ -31,6 +31,13 @@ pub fn parse_documents(
     text: &str,
     bounds: FileBounds,
 ) -> Result<Vec<DomainFile>, Vec<ConfigError>> {
+    // A big generated file, one long list: read in parts on every core.
+    if text.len() <= bounds.max_bytes
+        && let Some(parts) = split::split(text, split::MIN_SPLIT_BYTES, split::PART_BYTES)
+        && let Some(df) = split::read(file, &parts, bounds)
+    {
+        return Ok(vec![df]);
+    }
     let roots = yaml::parse_all(text, bounds).map_err(|e| {
         vec![ConfigError {
             file: file.to_path_buf(),
