@@ -179,23 +179,9 @@ fn reference(h: &History, r: &mut Report) {
             continue;
         }
         let hits: u64 = ops.iter().map(|o| u64::from(o.hits)).sum();
-        let active: Vec<String> = h
-            .faults
-            .iter()
-            .filter(|f| overlaps((f.start, f.end), span))
-            .map(|f| f.kind.clone())
-            .collect();
         let wrong = read.count != Some(hits);
-        let kinds = if active.is_empty() {
-            vec!["none".to_owned()]
-        } else {
-            active.clone()
-        };
-        for kind in kinds {
-            let t = r.table.entry((kind, REFERENCE)).or_default();
-            t.checked += 1;
-            t.violations += u64::from(wrong);
-        }
+        let active = active(h, span);
+        tally(r, &active, REFERENCE, wrong);
         if wrong {
             r.violations.push(format!(
                 "seed {}: {}={} window {}: the reference's key holds {:?}, {hits} hits were admitted; faults then: {active:?}",
@@ -257,22 +243,8 @@ fn windows(h: &History, instances: usize, r: &mut Report) {
                 most * (instances as u64 + 1 + u64::from(lost) + resets) + back,
             )
         };
-        let active: Vec<String> = h
-            .faults
-            .iter()
-            .filter(|f| overlaps((f.start, f.end), span))
-            .map(|f| f.kind.clone())
-            .collect();
-        let kinds = if active.is_empty() {
-            vec!["none".to_owned()]
-        } else {
-            active.clone()
-        };
-        for kind in kinds {
-            let t = r.table.entry((kind, promise)).or_default();
-            t.checked += 1;
-            t.violations += u64::from(hits > bound);
-        }
+        let active = active(h, span);
+        tally(r, &active, promise, hits > bound);
         if hits > bound {
             r.violations.push(format!(
                 "seed {}: {rule}={value} window {w}..{}: {hits} admitted against {promise} {bound} (limit {limit}, {resets} resets); faults then: {active:?}{}",
@@ -341,4 +313,28 @@ fn refunded(refunds: &[&Op], rule: &str, value: &str, span: (u64, u64)) -> u64 {
         .filter(|o| o.answer != Answer::OverLimit && overlaps((o.sent, o.answered + 1), span))
         .map(|o| u64::from(o.hits))
         .sum()
+}
+
+/// The faults active over `span`, or "none": the rows a check counts in.
+pub fn active(h: &History, span: (u64, u64)) -> Vec<String> {
+    let kinds: Vec<String> = h
+        .faults
+        .iter()
+        .filter(|f| overlaps((f.start, f.end), span))
+        .map(|f| f.kind.clone())
+        .collect();
+    if kinds.is_empty() {
+        vec!["none".to_owned()]
+    } else {
+        kinds
+    }
+}
+
+/// Counts one check of `promise` under each of `kinds`, and whether it failed.
+pub fn tally(r: &mut Report, kinds: &[String], promise: &'static str, wrong: bool) {
+    for kind in kinds {
+        let t = r.table.entry((kind.clone(), promise)).or_default();
+        t.checked += 1;
+        t.violations += u64::from(wrong);
+    }
 }

@@ -8,7 +8,7 @@
 //!   span do more slots hold than the limit, a slot held certainly from its
 //!   take's answer until its release was sent.
 
-use super::checker::{Report, overlaps, touched};
+use super::checker::{Report, active, tally, touched};
 use super::fleet::{CONCURRENCY, SHADOW};
 use super::history::{Answer, History, Op};
 
@@ -26,29 +26,6 @@ pub fn check(h: &History, r: &mut Report) {
     });
     never_refused(h, r, REFUND_NEVER_REFUSED, |o| o.refund);
     in_flight(h, r);
-}
-
-/// The faults active over `span`, or "none".
-fn active(h: &History, span: (u64, u64)) -> Vec<String> {
-    let kinds: Vec<String> = h
-        .faults
-        .iter()
-        .filter(|f| overlaps((f.start, f.end), span))
-        .map(|f| f.kind.clone())
-        .collect();
-    if kinds.is_empty() {
-        vec!["none".to_owned()]
-    } else {
-        kinds
-    }
-}
-
-fn tally(r: &mut Report, kinds: &[String], promise: &'static str, wrong: bool) {
-    for kind in kinds {
-        let t = r.table.entry((kind.clone(), promise)).or_default();
-        t.checked += 1;
-        t.violations += u64::from(wrong);
-    }
 }
 
 fn never_refused(h: &History, r: &mut Report, promise: &'static str, of: impl Fn(&Op) -> bool) {

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::checker::{
-    NO_FALSE_REFUSAL, Report, STALE_MS, limits_in_force, overlaps, reset_end, touched,
+    NO_FALSE_REFUSAL, Report, STALE_MS, active, limits_in_force, reset_end, tally, touched,
 };
 use super::fleet::{BUCKET, REFUNDABLE, RULES, SHADOW, SLIDING};
 use super::history::{Answer, History, Op, Reset};
@@ -79,22 +79,8 @@ pub fn check(h: &History, instances: usize, r: &mut Report) {
             .sum();
         let slack = (instances as u64 + 1) * (low / 8);
         let wrong = counted + u64::from(op.hits) + slack <= low;
-        let active: Vec<String> = h
-            .faults
-            .iter()
-            .filter(|f| overlaps((f.start, f.end), (op.sent, op.answered + 1)))
-            .map(|f| f.kind.clone())
-            .collect();
-        let kinds = if active.is_empty() {
-            vec!["none".to_owned()]
-        } else {
-            active.clone()
-        };
-        for kind in kinds {
-            let t = r.table.entry((kind, NO_FALSE_REFUSAL)).or_default();
-            t.checked += 1;
-            t.violations += u64::from(wrong);
-        }
+        let active = active(h, (op.sent, op.answered + 1));
+        tally(r, &active, NO_FALSE_REFUSAL, wrong);
         if wrong {
             r.violations.push(format!(
                 "seed {}: instance {} refused {}={} ({} hits) at {}: at most {counted} counted before it since {since} (window {w}), limit {low}; faults then: {active:?}",
