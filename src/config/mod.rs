@@ -50,6 +50,9 @@ pub struct LoadOptions {
     pub calendar_months: bool,
     /// Bounds on each file (`--max-rule-file-bytes`, `--max-rule-file-nodes`).
     pub file_bounds: FileBounds,
+    /// The nice value reloads compile at (`--reload-nice`, 0 to 19): above 0
+    /// they take the CPU requests leave idle.
+    pub reload_nice: u8,
 }
 
 impl Default for LoadOptions {
@@ -60,6 +63,7 @@ impl Default for LoadOptions {
             leases: true,
             calendar_months: false,
             file_bounds: FileBounds::default(),
+            reload_nice: 10,
         }
     }
 }

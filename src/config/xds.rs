@@ -204,7 +204,8 @@ async fn follow(
                 let Some(resp) = pending.take() else { continue };
                 // Compiled off the runtime, behind requests (see `behind`).
                 let (rules, node, last) = (rules.clone(), node.clone(), applied.clone());
-                let done = super::watch::behind(move || {
+                let nice = rules.options().reload_nice;
+                let done = super::watch::behind(nice, move || {
                     let mut applied = last;
                     let ack = answer(&resp, &rules, &mut applied, &node);
                     (ack, applied)

@@ -143,10 +143,13 @@ impl Fleet {
                 });
                 assert!(ready, "instance never ready: {}", s.readyz());
                 if backend == Backend::Xds {
-                    // The pushed rules, shaped by the overlay.
-                    let (_, rl) = s.get("/rlconfig");
-                    assert!(rl.contains("algorithm=sliding_window"), "{rl}");
-                    assert!(rl.contains("chaos.c: window=2s"), "{rl}");
+                    // The pushed rules, shaped by the overlay. Readiness is the
+                    // store's: the first push may land after it.
+                    let pushed = super::common::eventually(Duration::from_secs(30), || {
+                        let (_, rl) = s.get("/rlconfig");
+                        rl.contains("algorithm=sliding_window") && rl.contains("chaos.c: window=2s")
+                    });
+                    assert!(pushed, "pushed rules never shown: {}", s.get("/rlconfig").1);
                 }
                 Instance {
                     grpc: s.grpc,
