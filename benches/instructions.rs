@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::redis::free_port;
-use shared::{RULES, grpc_body};
+use shared::{RULES, customers, grpc_body};
 
 fn body(dir: &Path, name: &str, descriptors: &[&[(&str, &str)]]) -> std::path::PathBuf {
     let path = dir.join(name);
@@ -55,7 +55,8 @@ fn count(dir: &Path, name: &str, args: &[String], body: &Path, n: u64) -> f64 {
         .stderr(Stdio::null())
         .spawn()
         .expect("valgrind (apt install valgrind)");
-    let up = common::eventually(Duration::from_secs(60), || {
+    // Loading 100,000 rules under callgrind takes a minute or two.
+    let up = common::eventually(Duration::from_secs(600), || {
         std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
     assert!(up, "{name} did not start under valgrind");
@@ -136,5 +137,40 @@ fn main() {
         let a = count(dir.path(), "noop", &noop, b, n);
         let s = count(dir.path(), "sluice", &sluice, b, n);
         println!("| {case} | {a:.0} | {s:.0} | {:.3} |", a / s);
+    }
+    by_rule_count(dir.path(), &sluice, n);
+}
+
+/// The matcher's cost against the rule count: one per-customer value
+/// (a rule at every size) among 10 and among `INSTRUCTIONS_RULES`
+/// (100,000) generated rules. A million load too slowly under callgrind.
+fn by_rule_count(dir: &Path, sluice: &[String], n: u64) {
+    let most: usize = std::env::var("INSTRUCTIONS_RULES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let b = body(dir, "customer", &[&[("api_key", "cust7")]]);
+    println!("\n| per-customer rules | sluice (memory) | against 10 rules |");
+    println!("|---|---|---|");
+    let mut first = None;
+    for rules in [10, most] {
+        let config = dir.join(format!("customers-{rules}"));
+        std::fs::create_dir_all(&config).expect("config dir");
+        // The domain every bench request names.
+        let text = customers(rules, 0).replacen("domain: saas", "domain: bench", 1);
+        std::fs::write(config.join("saas.yaml"), text).expect("rules");
+        let args: Vec<String> = sluice
+            .iter()
+            .map(|a| {
+                if a == &dir.display().to_string() {
+                    config.display().to_string()
+                } else {
+                    a.clone()
+                }
+            })
+            .collect();
+        let s = count(dir, "rules", &args, &b, n);
+        let base = *first.get_or_insert(s);
+        println!("| {rules} | {s:.0} | {:.3} |", s / base);
     }
 }

@@ -10,33 +10,21 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "support/shared.rs"]
+mod shared;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{Sluice, workspace};
+use shared::customers;
 
 fn release_bin() -> String {
     workspace()
         .join("target/release/sluice")
         .display()
         .to_string()
-}
-
-/// `n` customers of their own limit, and a key-only default for every
-/// other customer: each request then counts one counter whatever the rule
-/// count, so the sizes differ only in the matcher's work.
-fn customers(n: usize, bump: u32) -> String {
-    let mut s = String::with_capacity(n * 90 + 128);
-    s.push_str("domain: saas\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: minute, requests_per_unit: 1000000}\n");
-    for i in 0..n {
-        let limit = 1_000_000 + (i as u32 % 50) + bump;
-        s.push_str(&format!(
-            "  - key: api_key\n    value: cust{i}\n    rate_limit:\n      unit: minute\n      requests_per_unit: {limit}\n"
-        ));
-    }
-    s
 }
 
 /// Peak resident memory of `pid` so far, in bytes (`VmHWM`).

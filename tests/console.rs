@@ -166,6 +166,54 @@ fn the_console_document_is_bounded_and_served_with_a_strict_policy() {
     assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
 }
 
+/// A domain of a rule per customer: the document names how many rules
+/// there are and shows only those with traffic lately, the busiest first,
+/// so ten thousand quiet customers cost the page nothing.
+#[test]
+fn a_big_domain_shows_its_busiest_rules_only() {
+    let mut rules = String::from("domain: api\ndescriptors:\n");
+    for i in 0..10_000 {
+        rules.push_str(&format!(
+            "  - key: user\n    value: cust{i}\n    rate_limit: {{unit: minute, requests_per_unit: 1000}}\n"
+        ));
+    }
+    let sluice = Sluice::start(&[("api.yaml", &rules)], &[]);
+    let doc = || -> (usize, serde_json::Value) {
+        let (code, text) = sluice.get("/api/console");
+        assert_eq!(code, 200, "{text}");
+        (text.len(), serde_json::from_str(&text).expect("json"))
+    };
+    let (_, quiet) = doc();
+    assert_eq!(quiet["domains"][0]["rules_total"], 10_000);
+    assert_eq!(quiet["domains"][0]["complete"], false);
+    assert_eq!(
+        quiet["domains"][0]["rules"].as_array().map(Vec::len),
+        Some(0)
+    );
+    let shown = |d: &serde_json::Value| -> Vec<String> {
+        d["domains"][0]["rules"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["rule"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let busiest = ["user_cust4242", "user_cust7"];
+    let seen = common::eventually(Duration::from_secs(30), || {
+        for _ in 0..3 {
+            assert_eq!(decide(&sluice, "user", "cust4242"), 200);
+        }
+        assert_eq!(decide(&sluice, "user", "cust7"), 200);
+        shown(&doc().1) == busiest
+    });
+    let (bytes, last) = doc();
+    assert!(seen, "{:?}", shown(&last));
+    assert!(
+        bytes < 64 * 1024,
+        "{bytes} bytes for two rules with traffic"
+    );
+}
+
 /// The console's counters: who is refused now (masked without the token,
 /// in clear with it), one click to look a key up and see why, and a reset
 /// that lets the client in again; a wrong token is refused with sluice's

@@ -57,6 +57,11 @@ pub struct BoundArgs {
     /// their first half by default).
     #[arg(long, env = "SLUICE_CONSOLE_SHOW_ADDRESSES")]
     pub(crate) console_show_addresses: bool,
+    /// Rules the console graphs at once (180 seconds of rates, about 2 KiB
+    /// each): only rules with traffic in the last 3 minutes hold one, and
+    /// past this many a busier newcomer takes a quieter one's place.
+    #[arg(long, env = "SLUICE_CONSOLE_MAX_RULES", default_value_t = crate::console::GRAPHED)]
+    pub(crate) console_max_rules: usize,
 }
 
 /// What clients may hold on the two listeners.
@@ -201,7 +206,11 @@ impl BoundArgs {
 
     /// The console's top over-limit keys, under these bounds.
     pub(crate) fn console(&self) -> crate::console::Console {
-        crate::console::Console::new(self.console_top_keys, self.console_show_addresses)
+        crate::console::Console::new(
+            self.console_top_keys,
+            self.console_show_addresses,
+            self.console_max_rules,
+        )
     }
 
     pub(crate) fn metric_limits(&self) -> MetricBounds {

@@ -3,7 +3,8 @@
 //! (`GET /api/console`) every two seconds.
 //!
 //! Nothing here is on the request path. A task samples, once a second, the
-//! per-rule counters the rules already keep (into [`history::Rates`]), the
+//! per-rule counters the rules already keep (into [`rates::Rates`]: graphs
+//! for the rules with traffic only, at most `--console-max-rules`), the
 //! store's health and the config's generation (into journals of failovers
 //! and loads). The request path hands it one thing, each over-limit
 //! descriptor (as the limiter's [`OverLimitWatch`]), into the bounded sketch
@@ -11,6 +12,7 @@
 
 pub(crate) mod address;
 mod history;
+mod rates;
 mod top;
 
 pub use top::TopKeys;
@@ -22,7 +24,9 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use history::{Journal, Rates};
+use history::Journal;
+pub(crate) use rates::GRAPHED;
+use rates::Rates;
 
 use crate::config::{LimitDef, Rule};
 use crate::key::CounterKey;
@@ -42,6 +46,9 @@ pub const STYLE: &str = include_str!("page.css");
 const TOP_SHOWN: usize = 20;
 /// A rule is shown as blocking when it refused requests this recently.
 const BLOCKING_SECONDS: usize = 10;
+/// A domain of at most this many rules shows them all; a bigger one shows
+/// this many of its graphed rules, the busiest lately first.
+const RULES_SHOWN: usize = 100;
 
 #[derive(Debug, Default)]
 struct State {
@@ -67,7 +74,7 @@ pub struct Console {
 
 impl Default for Console {
     fn default() -> Self {
-        Console::new(TOP_KEYS, false)
+        Console::new(TOP_KEYS, false, GRAPHED)
     }
 }
 
@@ -79,11 +86,14 @@ impl OverLimitWatch for Console {
 
 impl Console {
     /// A console whose top keeps `top_keys` slots, addresses masked unless
-    /// `show_addresses`.
-    pub fn new(top_keys: usize, show_addresses: bool) -> Console {
+    /// `show_addresses`, graphing at most `graphed` rules.
+    pub fn new(top_keys: usize, show_addresses: bool, graphed: usize) -> Console {
         Console {
             started: Instant::now(),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                rates: Rates::new(graphed),
+                ..State::default()
+            }),
             top: TopKeys::new(top_keys, show_addresses),
         }
     }
@@ -95,11 +105,13 @@ impl Console {
         let health = limiter.store().health();
         let mut st = self.state.lock();
         let domains = loaded.rules.domains();
-        let rules = domains
-            .iter()
-            .flat_map(|(_, d)| d.rules().iter())
-            .map(|r| (&r.domain, &*r.label, &*r.stats));
-        st.rates.sample(rules);
+        let rules = domains.iter().enumerate().flat_map(|(di, (_, d))| {
+            d.rules()
+                .iter()
+                .enumerate()
+                .map(move |(ri, r)| ((di, ri), &r.stats))
+        });
+        st.rates.sample(Arc::as_ptr(&*loaded) as usize, rules);
         let store = (health.in_use, health.healthy);
         if st.store != Some(store) {
             let what = match (st.store.is_none(), st.ever_healthy, health.healthy) {
@@ -154,15 +166,7 @@ impl Console {
         let config = limiter.rules().status();
         let health = limiter.store().health();
         let st = self.state.lock();
-        let domains: Vec<Value> = loaded
-            .rules
-            .domains()
-            .into_iter()
-            .map(|(name, d)| {
-                let rules: Vec<Value> = d.rules().iter().map(|r| rule_view(&st.rates, r)).collect();
-                json!({"domain": name, "rules": rules})
-            })
-            .collect();
+        let domains = shown(&st.rates, &loaded);
         let top: Vec<Value> = self
             .top
             .top(TOP_SHOWN, now)
@@ -195,16 +199,47 @@ impl Console {
                 "history": st.loads.events(),
             },
             "domains": domains,
+            "graphs": {"rules_without": st.rates.ungraphed},
             "top_keys": {"window_seconds": TOP_KEYS_WINDOW_SECONDS, "keys": top},
             "quota": {"streams": limiter.metrics().quota_streams()},
         })
     }
 }
 
+/// Each domain's rules as the page shows them: all of a small domain's; of
+/// a bigger one (a million per-customer rules), its graphed rules, the
+/// busiest lately first, at most [`RULES_SHOWN`].
+fn shown(rates: &Rates, loaded: &crate::config::Loaded) -> Vec<Value> {
+    let domains = loaded.rules.domains();
+    // Places are the last sample's: after a reload, until the next one,
+    // big domains show nothing rather than the wrong rules.
+    let current = rates.snapshot() == std::ptr::from_ref(loaded) as usize;
+    let busiest = if current { rates.busiest() } else { Vec::new() };
+    domains
+        .iter()
+        .enumerate()
+        .map(|(di, (name, d))| {
+            let all = d.rules();
+            let rules: Vec<Value> = if all.len() <= RULES_SHOWN {
+                all.iter().map(|r| rule_view(rates, r)).collect()
+            } else {
+                busiest
+                    .iter()
+                    .filter(|(d, _)| *d == di)
+                    .filter_map(|(_, ri)| all.get(*ri))
+                    .take(RULES_SHOWN)
+                    .map(|r| rule_view(rates, r))
+                    .collect()
+            };
+            json!({"domain": name, "rules_total": all.len(), "complete": all.len() <= RULES_SHOWN, "rules": rules})
+        })
+        .collect()
+}
+
 /// One rule as the page shows it: its limit and shape, and its last
 /// minutes of requests, near-limit and over-limit hits.
 fn rule_view(rates: &Rates, r: &Rule) -> Value {
-    let samples = rates.of(&r.domain, &r.label);
+    let samples = rates.of(&r.stats);
     let series = |i: usize| -> Vec<u32> {
         samples
             .iter()

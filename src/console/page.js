@@ -59,6 +59,11 @@ function drawRules(domains) {
   root.replaceChildren();
   for (const d of domains) {
     root.append(el("div", { class: "domain" }, `domain ${d.domain}`));
+    if (!d.complete) {
+      // A big domain (a rule per customer): only rules with traffic lately.
+      root.append(el("div", { class: "note" },
+        `${d.rules.length} of ${d.rules_total} rules shown: those with traffic in the last 3 minutes, the busiest first`));
+    }
     const body = el("tbody");
     for (const r of d.rules) {
       const req = r.rates.requests, over = r.rates.over_limit;

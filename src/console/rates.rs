@@ -1,0 +1,231 @@
+//! Each rule's rates per second over the last minutes, sampled once a
+//! second from the counters the rules already keep, for the console's
+//! graphs. A million configured customers must cost the console nothing
+//! while they are quiet, so only rules with traffic in the last
+//! [`SAMPLES`] seconds hold a graph, and at most `--console-max-rules` of
+//! them (the busiest win a place). A quiet rule costs one scan of its
+//! `total_hits` a second and 24 bytes to see it wake.
+
+use std::collections::HashMap;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use crate::rule_stats::RuleStats;
+
+/// Seconds of rates kept per graphed rule.
+pub const SAMPLES: usize = 180;
+/// Rules graphed at once by default (`--console-max-rules`).
+pub(crate) const GRAPHED: usize = 1000;
+/// Seconds of requests that rank graphed rules against a newcomer.
+const RECENT: usize = 10;
+
+/// One second of a rule: hits, near-limit hits, over-limit hits.
+pub type Sample = [u32; 3];
+
+/// Where a rule sits in a loaded snapshot: its domain's place and its own.
+pub type Place = (usize, usize);
+
+#[derive(Debug)]
+struct Graph {
+    /// Held so the address that keys the graph stays this rule's.
+    _held: Arc<RuleStats>,
+    place: Place,
+    last: [u64; 3],
+    samples: VecDeque<Sample>,
+    /// Samples in a row without a hit: at [`SAMPLES`] the graph goes.
+    quiet: usize,
+    /// The sample that last saw the rule configured.
+    seen: u64,
+}
+
+impl Graph {
+    fn recent(&self) -> u64 {
+        self.samples
+            .iter()
+            .rev()
+            .take(RECENT)
+            .map(|s| u64::from(s[0]))
+            .sum()
+    }
+}
+
+/// The graphs, and what is needed to see a quiet rule wake.
+#[derive(Debug)]
+pub struct Rates {
+    graphs: HashMap<usize, Graph>,
+    max: usize,
+    /// Every configured rule's counters at the last sample, in snapshot
+    /// order; reset when the snapshot changes.
+    last: Vec<[u64; 3]>,
+    snapshot: usize,
+    tick: u64,
+    /// Rules with traffic in the last sample that hold no graph.
+    pub ungraphed: usize,
+}
+
+impl Default for Rates {
+    fn default() -> Self {
+        Rates::new(GRAPHED)
+    }
+}
+
+fn read(s: &RuleStats) -> [u64; 3] {
+    [
+        s.total_hits.load(Relaxed),
+        s.near_limit.load(Relaxed),
+        s.over_limit.load(Relaxed),
+    ]
+}
+
+fn delta(now: [u64; 3], last: [u64; 3]) -> Sample {
+    let mut out = [0u32; 3];
+    for ((o, n), l) in out.iter_mut().zip(now).zip(last) {
+        *o = u32::try_from(n.saturating_sub(l)).unwrap_or(u32::MAX);
+    }
+    out
+}
+
+impl Rates {
+    /// Rates graphing at most `max` rules at once.
+    pub fn new(max: usize) -> Rates {
+        Rates {
+            graphs: HashMap::new(),
+            max,
+            last: Vec::new(),
+            snapshot: 0,
+            tick: 0,
+            ungraphed: 0,
+        }
+    }
+
+    /// Takes one sample of `rules`, every configured rule in the order of
+    /// the snapshot `snapshot` names (its address: a new one resets what a
+    /// quiet rule is compared with). Rules no longer configured are
+    /// forgotten.
+    pub fn sample<'a>(
+        &mut self,
+        snapshot: usize,
+        rules: impl Iterator<Item = (Place, &'a Arc<RuleStats>)>,
+    ) {
+        self.tick += 1;
+        let fresh = snapshot != self.snapshot;
+        if fresh {
+            self.snapshot = snapshot;
+            self.last.clear();
+        }
+        let mut woke: Vec<(u64, Place, &'a Arc<RuleStats>, [u64; 3])> = Vec::new();
+        for (i, (place, stats)) in rules.enumerate() {
+            let total = stats.total_hits.load(Relaxed);
+            if let Some(g) = self.graphs.get_mut(&(Arc::as_ptr(stats) as usize)) {
+                let now = read(stats);
+                g.push(delta(now, g.last), now, place, self.tick);
+                self.remember(fresh, i, now);
+                continue;
+            }
+            // Near and over-limit hits are hits too: an unchanged total is
+            // a quiet rule, read with one load.
+            let before = self.last.get(i).copied();
+            let now = match before {
+                Some(b) if b[0] == total => continue,
+                _ => read(stats),
+            };
+            self.remember(fresh, i, now);
+            if let Some(b) = before.filter(|_| !fresh) {
+                woke.push((now[0].saturating_sub(b[0]), place, stats, b));
+            }
+        }
+        self.graphs
+            .retain(|_, g| g.seen == self.tick && g.quiet < SAMPLES);
+        self.admit(woke);
+    }
+
+    /// Keeps a rule's counters to compare the next sample with: a fresh
+    /// snapshot's first sample reads every rule, in order.
+    fn remember(&mut self, fresh: bool, i: usize, now: [u64; 3]) {
+        if fresh {
+            self.last.push(now);
+        } else if let Some(l) = self.last.get_mut(i) {
+            *l = now;
+        }
+    }
+
+    /// Gives rules that woke a graph, the busiest first; past `max` a
+    /// newcomer takes the place of a graphed rule quieter than it lately.
+    fn admit(&mut self, mut woke: Vec<(u64, Place, &Arc<RuleStats>, [u64; 3])>) {
+        woke.sort_unstable_by_key(|w| std::cmp::Reverse(w.0));
+        let mut quietest: Vec<(u64, usize)> = Vec::new();
+        if self.graphs.len() + woke.len() > self.max {
+            quietest = self.graphs.iter().map(|(k, g)| (g.recent(), *k)).collect();
+            quietest.sort_unstable_by_key(|q| std::cmp::Reverse(q.0));
+        }
+        self.ungraphed = 0;
+        for (hits, place, stats, before) in woke {
+            if self.graphs.len() >= self.max {
+                match quietest.pop() {
+                    Some((recent, key)) if recent < hits => {
+                        self.graphs.remove(&key);
+                    }
+                    _ => {
+                        self.ungraphed += 1;
+                        continue;
+                    }
+                }
+            }
+            let now = read(stats);
+            let mut g = Graph {
+                _held: stats.clone(),
+                place,
+                last: now,
+                samples: VecDeque::new(),
+                quiet: 0,
+                seen: self.tick,
+            };
+            g.push(delta(now, before), now, place, self.tick);
+            self.graphs.insert(Arc::as_ptr(stats) as usize, g);
+        }
+    }
+
+    /// The samples of the rule counting into `stats`, oldest first: empty
+    /// when it holds no graph.
+    pub fn of(&self, stats: &Arc<RuleStats>) -> Vec<Sample> {
+        self.graphs
+            .get(&(Arc::as_ptr(stats) as usize))
+            .map(|g| g.samples.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// The graphed rules' places in the snapshot last sampled, the busiest
+    /// lately first.
+    pub fn busiest(&self) -> Vec<Place> {
+        let mut all: Vec<(u64, Place)> = self
+            .graphs
+            .values()
+            .map(|g| (g.recent(), g.place))
+            .collect();
+        all.sort_unstable_by_key(|a| (std::cmp::Reverse(a.0), a.1));
+        all.into_iter().map(|a| a.1).collect()
+    }
+
+    /// The snapshot last sampled (its address).
+    pub fn snapshot(&self) -> usize {
+        self.snapshot
+    }
+}
+
+impl Graph {
+    fn push(&mut self, sample: Sample, now: [u64; 3], place: Place, tick: u64) {
+        if self.samples.len() == SAMPLES {
+            self.samples.pop_front();
+        }
+        self.samples.push_back(sample);
+        self.quiet = if sample[0] == 0 { self.quiet + 1 } else { 0 };
+        self.last = now;
+        self.place = place;
+        self.seen = tick;
+    }
+}
+
+#[cfg(test)]
+#[path = "rates_tests.rs"]
+mod tests;
