@@ -3,6 +3,7 @@
 //! [`crate::app`] builds and runs what the settings describe.
 
 mod bounds;
+mod rules;
 mod serve;
 mod store;
 
@@ -13,7 +14,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 pub use bounds::{BoundArgs, ConnArgs};
-pub use serve::{ConfigArgs, QuotaArgs, ServeArgs};
+pub use rules::ConfigArgs;
+pub use serve::{QuotaArgs, ServeArgs};
 pub use store::StoreArgs;
 
 /// A rate-limit service for Envoy, compatible with envoyproxy/ratelimit configs.

@@ -77,19 +77,7 @@ impl RateLimiter {
             });
         };
         let resolved = resolve(domain, &req);
-        let increments: Vec<Increment> = resolved
-            .iter()
-            .filter_map(|(_, r)| match r {
-                Resolved::Counted(c) => Some(Increment {
-                    // Past the cache: the store's own count.
-                    cacheable: false,
-                    leasable: false,
-                    usage_counts_refused: false,
-                    ..c.increment(0, false, at_us, &self.settings.knobs)
-                }),
-                _ => None,
-            })
-            .collect();
+        let increments = self.reads(&resolved, at_us);
         let tallies = if increments.is_empty() {
             Vec::new()
         } else {
@@ -127,6 +115,23 @@ impl RateLimiter {
             domain_known: true,
             descriptors,
         })
+    }
+
+    /// What each counted rule reads: an increment of nothing, past the
+    /// cache and leases (the store's own count).
+    fn reads(&self, resolved: &[(usize, Resolved<'_>)], at_us: u64) -> Vec<Increment> {
+        resolved
+            .iter()
+            .filter_map(|(_, r)| match r {
+                Resolved::Counted(c) => Some(Increment {
+                    cacheable: false,
+                    leasable: false,
+                    usage_counts_refused: false,
+                    ..c.increment(0, false, at_us, &self.settings.knobs)
+                }),
+                _ => None,
+            })
+            .collect()
     }
 
     fn peeked(

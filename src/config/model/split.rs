@@ -115,43 +115,21 @@ fn nodes(node: &Node) -> usize {
 pub fn read(file: &Path, parts: &Parts<'_>, bounds: FileBounds) -> Option<DomainFile> {
     let failed = AtomicBool::new(false);
     let total = AtomicUsize::new(0);
-    let one = |(line, items): &(usize, &str)| -> Option<DomainFile> {
-        if failed.load(Relaxed) {
-            return None;
-        }
-        let padding = "\n".repeat(line.saturating_sub(parts.header_lines));
-        let text = [parts.header, &padding, items].concat();
-        let mut roots = yaml::parse_all(&text, bounds).ok()?;
-        drop(text);
-        let root = match roots.len() {
-            1 => roots.pop()?,
-            _ => return None,
-        };
-        let count = total.fetch_add(nodes(&root), Relaxed) + nodes(&root);
-        let mut p = Parser {
-            file,
-            errors: Vec::new(),
-        };
-        p.check_generic(&root, "", false);
-        let df = p.domain_file(&root);
-        (p.errors.is_empty() && count <= bounds.max_nodes).then_some(df)
-    };
     let threads = std::thread::available_parallelism()
         .map_or(1, usize::from)
         .min(parts.parts.len());
     let next = AtomicUsize::new(0);
-    let mut read: Vec<(usize, DomainFile)> = std::thread::scope(|scope| {
+    let read: Vec<(usize, DomainFile)> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 scope.spawn(|| {
                     let mut mine = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Relaxed);
-                        let Some(part) = parts.parts.get(i) else {
+                    while let Some(part) = parts.parts.get(next.fetch_add(1, Relaxed)) {
+                        if failed.load(Relaxed) {
                             break;
-                        };
-                        match one(part) {
-                            Some(df) => mine.push((i, df)),
+                        }
+                        match read_part(file, parts, part, bounds, &total) {
+                            Some(df) => mine.push((part.0, df)),
                             None => failed.store(true, Relaxed),
                         }
                     }
@@ -168,7 +146,40 @@ pub fn read(file: &Path, parts: &Parts<'_>, bounds: FileBounds) -> Option<Domain
     if failed.load(Relaxed) || read.len() != parts.parts.len() {
         return None;
     }
-    read.sort_by_key(|(i, _)| *i);
+    join(read)
+}
+
+/// One part, read with the file's header and padded to its own lines;
+/// `None` when it fails or the nodes read so far pass the bound.
+fn read_part(
+    file: &Path,
+    parts: &Parts<'_>,
+    (line, items): &(usize, &str),
+    bounds: FileBounds,
+    total: &AtomicUsize,
+) -> Option<DomainFile> {
+    let padding = "\n".repeat(line.saturating_sub(parts.header_lines));
+    let text = [parts.header, &padding, items].concat();
+    let mut roots = yaml::parse_all(&text, bounds).ok()?;
+    drop(text);
+    let root = match roots.len() {
+        1 => roots.pop()?,
+        _ => return None,
+    };
+    let count = total.fetch_add(nodes(&root), Relaxed) + nodes(&root);
+    let mut p = Parser {
+        file,
+        errors: Vec::new(),
+    };
+    p.check_generic(&root, "", false);
+    let df = p.domain_file(&root);
+    (p.errors.is_empty() && count <= bounds.max_nodes).then_some(df)
+}
+
+/// The parts' rules in the file's order, as one list. Parts are keyed by
+/// their first line, which orders them.
+fn join(mut read: Vec<(usize, DomainFile)>) -> Option<DomainFile> {
+    read.sort_by_key(|(line, _)| *line);
     let mut read = read.into_iter().map(|(_, df)| df);
     let mut whole = read.next()?;
     for mut df in read {
