@@ -80,6 +80,11 @@ pub enum ServiceError {
     Request(#[from] RequestError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Rules come over xDS and none has arrived: an OK would admit what the
+    /// rules may refuse, so Envoy's `failure_mode_deny` decides, as with the
+    /// reference.
+    #[error("no rate limit configuration loaded: waiting for the first xDS response")]
+    NoRulesYet,
 }
 
 impl From<ServiceError> for Refusal {
@@ -87,6 +92,7 @@ impl From<ServiceError> for Refusal {
         match e {
             ServiceError::Request(e) => Refusal::Invalid(e.to_string()),
             ServiceError::Store(e) => Refusal::Unavailable(e.to_string()),
+            ServiceError::NoRulesYet => Refusal::Unavailable(ServiceError::NoRulesYet.to_string()),
         }
     }
 }
@@ -187,7 +193,7 @@ impl RateLimiter {
         let outcome = match &result {
             Ok(r) if r.overall_code == Code::OverLimit as i32 => Outcome::OverLimit,
             Ok(_) => Outcome::Ok,
-            Err(ServiceError::Store(_)) => Outcome::Unavailable,
+            Err(ServiceError::Store(_) | ServiceError::NoRulesYet) => Outcome::Unavailable,
             Err(ServiceError::Request(_)) => Outcome::Invalid,
         };
         self.metrics.request(outcome, started.elapsed());

@@ -195,6 +195,23 @@ async fn healthcheck_follows_the_reference() {
     let (code, body) = empty.get("/healthcheck");
     assert_eq!(code, 500);
     assert!(body.contains("no rules loaded yet"), "{body}");
+    // And it answers nothing it cannot judge: an OK would admit what the
+    // rules may refuse, so Envoy's failure_mode_deny decides (the
+    // reference's answer too).
+    let err = empty
+        .client()
+        .await
+        .should_rate_limit(common::request(
+            "shop",
+            vec![common::descriptor(&[("user", "u1")])],
+        ))
+        .await
+        .expect_err("no rules: no answer");
+    assert_eq!(err.code(), tonic::Code::Unavailable);
+    assert!(
+        err.message().contains("no rate limit configuration loaded"),
+        "{err:?}"
+    );
     let rules = Sluice::start(&[("shop.yaml", RULES)], &["--healthcheck-needs-rules"]);
     assert_eq!(rules.get("/healthcheck"), (200, "OK".into()));
 }

@@ -350,7 +350,7 @@ async fn json_decide(State(s): State<AdminState>, body: Bytes) -> Response {
         Err(e @ ServiceError::Request(_)) => {
             (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response()
         }
-        Err(e @ ServiceError::Store(_)) => {
+        Err(e @ (ServiceError::Store(_) | ServiceError::NoRulesYet)) => {
             (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response()
         }
     }

@@ -39,6 +39,7 @@ impl From<ServiceError> for CountersError {
         match e {
             ServiceError::Request(e) => CountersError::Invalid(e.to_string()),
             ServiceError::Store(e) => CountersError::Store(e.to_string()),
+            e @ ServiceError::NoRulesYet => CountersError::Store(e.to_string()),
         }
     }
 }

@@ -39,6 +39,10 @@ impl RateLimiter {
         let now_ms = at_us / 1000;
         let loaded = self.rules.snapshot();
         let Some(domain) = loaded.rules.domain(&req.domain) else {
+            // Generation 0: rules come over xDS and none has arrived yet.
+            if loaded.generation == 0 {
+                return Err(ServiceError::NoRulesYet);
+            }
             self.metrics.domain_not_found();
             return Ok(RateLimitResponse {
                 overall_code: Code::Ok as i32,
