@@ -16,6 +16,8 @@ use super::{
 };
 use crate::rule_stats::RuleCounters;
 
+mod retire;
+
 /// Who hears how the rules load (the metrics, watching from the side): it
 /// hands compiled rules their counters and is told of every load, so config
 /// compiles and reloads knowing nothing of metrics.
@@ -332,7 +334,9 @@ impl LiveRules {
         let generation = previous.generation + 1;
         let domains = rules.summary();
         let changes = describe_changes(&previous.rules.summary(), &domains);
-        self.current.store(Arc::new(Loaded { generation, rules }));
+        drop(self.current.swap(Arc::new(Loaded { generation, rules })));
+        // Freed off the request path once no request holds it.
+        retire::retire(previous);
         self.observer.loaded(Ok(generation));
         info!(cause, generation, changes = %changes, "config generation {generation} is live");
         Ok(Reload::Swapped {
