@@ -23,6 +23,7 @@ pub use bucket::{BucketMatch, MAX_BUCKET_ENTRIES};
 pub use error::{ConfigError, LoadError};
 pub use explain::{Explanation, How, Reach, Shape, Step};
 pub use live::{ConfigStatus, LiveRules, Loaded, Reload, RulesObserver};
+pub(crate) use matcher::FastMap;
 pub use matcher::{Domain, Match, Rule};
 pub use model::{
     DescriptorDef, DomainFile, LimitDef, Origin, RateLimitDef, parse_documents, parse_file,

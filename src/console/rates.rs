@@ -6,11 +6,11 @@
 //! them (the busiest win a place). A quiet rule costs one scan of its
 //! `total_hits` a second and 24 bytes to see it wake.
 
-use std::collections::HashMap;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
+use crate::config::FastMap;
 use crate::rule_stats::RuleStats;
 
 /// Seconds of rates kept per graphed rule.
@@ -26,10 +26,15 @@ pub type Sample = [u32; 3];
 /// Where a rule sits in a loaded snapshot: its domain's place and its own.
 pub type Place = (usize, usize);
 
+/// A rule that counted and holds no graph: its hits since the last sample,
+/// place, counters and counters at the last sample.
+type Woke<'a> = (u64, Place, &'a Arc<RuleStats>, [u64; 3]);
+
 #[derive(Debug)]
 struct Graph {
-    /// Held so the address that keys the graph stays this rule's.
-    _held: Arc<RuleStats>,
+    /// Read each sample; held, so the address that keys the graph stays
+    /// this rule's.
+    stats: Arc<RuleStats>,
     place: Place,
     last: [u64; 3],
     samples: VecDeque<Sample>,
@@ -53,7 +58,7 @@ impl Graph {
 /// The graphs, and what is needed to see a quiet rule wake.
 #[derive(Debug)]
 pub struct Rates {
-    graphs: HashMap<usize, Graph>,
+    graphs: FastMap<usize, Graph>,
     max: usize,
     /// Every configured rule's counters at the last sample, in snapshot
     /// order; reset when the snapshot changes.
@@ -90,7 +95,7 @@ impl Rates {
     /// Rates graphing at most `max` rules at once.
     pub fn new(max: usize) -> Rates {
         Rates {
-            graphs: HashMap::new(),
+            graphs: FastMap::default(),
             max,
             last: Vec::new(),
             snapshot: 0,
@@ -109,50 +114,59 @@ impl Rates {
         rules: impl Iterator<Item = (Place, &'a Arc<RuleStats>)>,
     ) {
         self.tick += 1;
-        let fresh = snapshot != self.snapshot;
-        if fresh {
+        // Graphed rules are read through the counters they hold.
+        for g in self.graphs.values_mut() {
+            let now = read(&g.stats);
+            g.push(delta(now, g.last), now);
+        }
+        if snapshot != self.snapshot {
             self.snapshot = snapshot;
-            self.last.clear();
+            self.renew(rules);
+        } else {
+            let woke = self.woken(rules);
+            self.admit(woke);
         }
-        let mut woke: Vec<(u64, Place, &'a Arc<RuleStats>, [u64; 3])> = Vec::new();
-        for (i, (place, stats)) in rules.enumerate() {
-            let total = stats.total_hits.load(Relaxed);
-            if let Some(g) = self.graphs.get_mut(&(Arc::as_ptr(stats) as usize)) {
-                let now = read(stats);
-                g.push(delta(now, g.last), now, place, self.tick);
-                self.remember(fresh, i, now);
-                continue;
-            }
-            // Near and over-limit hits are hits too: an unchanged total is
-            // a quiet rule, read with one load.
-            let before = self.last.get(i).copied();
-            let now = match before {
-                Some(b) if b[0] == total => continue,
-                _ => read(stats),
-            };
-            self.remember(fresh, i, now);
-            if let Some(b) = before.filter(|_| !fresh) {
-                woke.push((now[0].saturating_sub(b[0]), place, stats, b));
-            }
-        }
-        self.graphs
-            .retain(|_, g| g.seen == self.tick && g.quiet < SAMPLES);
-        self.admit(woke);
+        self.graphs.retain(|_, g| g.quiet < SAMPLES);
     }
 
-    /// Keeps a rule's counters to compare the next sample with: a fresh
-    /// snapshot's first sample reads every rule, in order.
-    fn remember(&mut self, fresh: bool, i: usize, now: [u64; 3]) {
-        if fresh {
-            self.last.push(now);
-        } else if let Some(l) = self.last.get_mut(i) {
-            *l = now;
+    /// A new snapshot: every rule's counters to compare with, graphed rules'
+    /// new places, and the graphs of rules that left dropped.
+    fn renew<'a>(&mut self, rules: impl Iterator<Item = (Place, &'a Arc<RuleStats>)>) {
+        self.last.clear();
+        for (place, stats) in rules {
+            self.last.push(read(stats));
+            if let Some(g) = self.graphs.get_mut(&(Arc::as_ptr(stats) as usize)) {
+                g.place = place;
+                g.seen = self.tick;
+            }
         }
+        let tick = self.tick;
+        self.graphs.retain(|_, g| g.seen == tick);
+    }
+
+    /// The rules that counted since the last sample and hold no graph: a
+    /// quiet rule costs one load and one comparison.
+    fn woken<'a>(
+        &mut self,
+        rules: impl Iterator<Item = (Place, &'a Arc<RuleStats>)>,
+    ) -> Vec<Woke<'a>> {
+        let mut woke = Vec::new();
+        for ((place, stats), last) in rules.zip(self.last.iter_mut()) {
+            if stats.total_hits.load(Relaxed) == last[0] {
+                continue;
+            }
+            let before = *last;
+            *last = read(stats);
+            if !self.graphs.contains_key(&(Arc::as_ptr(stats) as usize)) {
+                woke.push((last[0].saturating_sub(before[0]), place, stats, before));
+            }
+        }
+        woke
     }
 
     /// Gives rules that woke a graph, the busiest first; past `max` a
     /// newcomer takes the place of a graphed rule quieter than it lately.
-    fn admit(&mut self, mut woke: Vec<(u64, Place, &Arc<RuleStats>, [u64; 3])>) {
+    fn admit(&mut self, mut woke: Vec<Woke<'_>>) {
         woke.sort_unstable_by_key(|w| std::cmp::Reverse(w.0));
         let mut quietest: Vec<(u64, usize)> = Vec::new();
         if self.graphs.len() + woke.len() > self.max {
@@ -174,14 +188,14 @@ impl Rates {
             }
             let now = read(stats);
             let mut g = Graph {
-                _held: stats.clone(),
+                stats: stats.clone(),
                 place,
                 last: now,
                 samples: VecDeque::new(),
                 quiet: 0,
                 seen: self.tick,
             };
-            g.push(delta(now, before), now, place, self.tick);
+            g.push(delta(now, before), now);
             self.graphs.insert(Arc::as_ptr(stats) as usize, g);
         }
     }
@@ -214,15 +228,13 @@ impl Rates {
 }
 
 impl Graph {
-    fn push(&mut self, sample: Sample, now: [u64; 3], place: Place, tick: u64) {
+    fn push(&mut self, sample: Sample, now: [u64; 3]) {
         if self.samples.len() == SAMPLES {
             self.samples.pop_front();
         }
         self.samples.push_back(sample);
         self.quiet = if sample[0] == 0 { self.quiet + 1 } else { 0 };
         self.last = now;
-        self.place = place;
-        self.seen = tick;
     }
 }
 

@@ -27,8 +27,8 @@ fn rates_are_per_second_and_bounded() {
     let s = r.of(&stats[0]);
     assert_eq!(s.len(), SAMPLES);
     assert_eq!(s.last().unwrap()[0], SAMPLES as u32 + 19);
-    // A rule that is gone is forgotten.
-    sample(&mut r, 1, &[]);
+    // A rule that is gone (a new snapshot without it) is forgotten.
+    sample(&mut r, 2, &[]);
     assert!(r.of(&stats[0]).is_empty());
 }
 
