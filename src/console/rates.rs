@@ -4,7 +4,7 @@
 //! while they are quiet, so only rules with traffic in the last
 //! [`SAMPLES`] seconds hold a graph, and at most `--console-max-rules` of
 //! them (the busiest win a place). A quiet rule costs one scan of its
-//! `total_hits` a second and 24 bytes to see it wake.
+//! `total_hits` a second and 48 bytes to see it wake.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -28,7 +28,17 @@ pub type Place = (usize, usize);
 
 /// A rule that counted and holds no graph: its hits since the last sample,
 /// place, counters and counters at the last sample.
-type Woke<'a> = (u64, Place, &'a Arc<RuleStats>, [u64; 3]);
+type Woke = (u64, Place, Arc<RuleStats>, [u64; 3]);
+
+/// A configured rule as the sampler watches it: one contiguous list, so a
+/// quiet rule costs one pointer to follow and one comparison.
+#[derive(Debug)]
+struct Watched {
+    stats: Arc<RuleStats>,
+    place: Place,
+    /// Its counters at the last sample.
+    last: [u64; 3],
+}
 
 #[derive(Debug)]
 struct Graph {
@@ -60,9 +70,9 @@ impl Graph {
 pub struct Rates {
     graphs: FastMap<usize, Graph>,
     max: usize,
-    /// Every configured rule's counters at the last sample, in snapshot
-    /// order; reset when the snapshot changes.
-    last: Vec<[u64; 3]>,
+    /// Every configured rule, in snapshot order; renewed when the snapshot
+    /// changes.
+    rules: Vec<Watched>,
     snapshot: usize,
     tick: u64,
     /// Rules with traffic in the last sample that hold no graph.
@@ -97,7 +107,7 @@ impl Rates {
         Rates {
             graphs: FastMap::default(),
             max,
-            last: Vec::new(),
+            rules: Vec::new(),
             snapshot: 0,
             tick: 0,
             ungraphed: 0,
@@ -123,7 +133,7 @@ impl Rates {
             self.snapshot = snapshot;
             self.renew(rules);
         } else {
-            let woke = self.woken(rules);
+            let woke = self.woken();
             self.admit(woke);
         }
         self.graphs.retain(|_, g| g.quiet < SAMPLES);
@@ -132,9 +142,13 @@ impl Rates {
     /// A new snapshot: every rule's counters to compare with, graphed rules'
     /// new places, and the graphs of rules that left dropped.
     fn renew<'a>(&mut self, rules: impl Iterator<Item = (Place, &'a Arc<RuleStats>)>) {
-        self.last.clear();
+        self.rules.clear();
         for (place, stats) in rules {
-            self.last.push(read(stats));
+            self.rules.push(Watched {
+                stats: stats.clone(),
+                place,
+                last: read(stats),
+            });
             if let Some(g) = self.graphs.get_mut(&(Arc::as_ptr(stats) as usize)) {
                 g.place = place;
                 g.seen = self.tick;
@@ -146,19 +160,17 @@ impl Rates {
 
     /// The rules that counted since the last sample and hold no graph: a
     /// quiet rule costs one load and one comparison.
-    fn woken<'a>(
-        &mut self,
-        rules: impl Iterator<Item = (Place, &'a Arc<RuleStats>)>,
-    ) -> Vec<Woke<'a>> {
+    fn woken(&mut self) -> Vec<Woke> {
         let mut woke = Vec::new();
-        for ((place, stats), last) in rules.zip(self.last.iter_mut()) {
-            if stats.total_hits.load(Relaxed) == last[0] {
+        for w in &mut self.rules {
+            if w.stats.total_hits.load(Relaxed) == w.last[0] {
                 continue;
             }
-            let before = *last;
-            *last = read(stats);
-            if !self.graphs.contains_key(&(Arc::as_ptr(stats) as usize)) {
-                woke.push((last[0].saturating_sub(before[0]), place, stats, before));
+            let before = w.last;
+            w.last = read(&w.stats);
+            if !self.graphs.contains_key(&(Arc::as_ptr(&w.stats) as usize)) {
+                let hits = w.last[0].saturating_sub(before[0]);
+                woke.push((hits, w.place, w.stats.clone(), before));
             }
         }
         woke
@@ -166,7 +178,7 @@ impl Rates {
 
     /// Gives rules that woke a graph, the busiest first; past `max` a
     /// newcomer takes the place of a graphed rule quieter than it lately.
-    fn admit(&mut self, mut woke: Vec<Woke<'_>>) {
+    fn admit(&mut self, mut woke: Vec<Woke>) {
         woke.sort_unstable_by_key(|w| std::cmp::Reverse(w.0));
         let mut quietest: Vec<(u64, usize)> = Vec::new();
         if self.graphs.len() + woke.len() > self.max {
@@ -186,9 +198,10 @@ impl Rates {
                     }
                 }
             }
-            let now = read(stats);
+            let now = read(&stats);
+            let key = Arc::as_ptr(&stats) as usize;
             let mut g = Graph {
-                stats: stats.clone(),
+                stats,
                 place,
                 last: now,
                 samples: VecDeque::new(),
@@ -196,7 +209,7 @@ impl Rates {
                 seen: self.tick,
             };
             g.push(delta(now, before), now);
-            self.graphs.insert(Arc::as_ptr(stats) as usize, g);
+            self.graphs.insert(key, g);
         }
     }
 

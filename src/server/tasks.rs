@@ -68,11 +68,17 @@ pub(super) fn reference_metrics(
     }
 }
 
+/// Seconds after a load during which stale rule series are looked for:
+/// past the 10 s a replaced snapshot may wait for its last holder.
+const PRUNE_AFTER_LOAD: u32 = 15;
+
 /// Frees ended windows once a second so memory follows live keys, drops
 /// the metric series of rules no longer in force, and publishes how many
 /// counters live in memory.
 async fn sweep(limiter: RateLimiter, token: CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut generation = 0;
+    let mut prune_for = 0;
     loop {
         tokio::select! {
             _ = tick.tick() => {
@@ -80,7 +86,18 @@ async fn sweep(limiter: RateLimiter, token: CancellationToken) {
                 store.sweep(Now::wall());
                 let c = store.counters();
                 limiter.metrics().counters(c.live, c.evictions);
-                limiter.metrics().prune_rules();
+                // Only a load makes series stale, and pruning walks every
+                // rule: each second for a while after a load (old rules are
+                // freed once no request or reader holds them), then not.
+                let now = limiter.rules().status().generation;
+                if now != generation {
+                    generation = now;
+                    prune_for = PRUNE_AFTER_LOAD;
+                }
+                if prune_for > 0 {
+                    prune_for -= 1;
+                    limiter.metrics().prune_rules();
+                }
             }
             () = token.cancelled() => return,
         }
