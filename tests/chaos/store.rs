@@ -5,7 +5,7 @@
 //! it over, and on Cluster moves slots between masters under load.
 
 use super::common::memcache::Memcached;
-use super::common::redis::{RedisCluster, RedisSentinel, RedisServer};
+use super::common::redis::{RedisCluster, RedisSentinel, RedisServer, command};
 use super::common::send_signal;
 
 /// The Sentinel scenario's master name.
@@ -100,6 +100,21 @@ impl Sentinel {
         if port == Some(b.port) { b } else { a }
     }
 
+    /// Waits until one server is master: a master that was killed or
+    /// stopped while its replica was promoted comes back a master of its
+    /// own until the Sentinel demotes it, and meanwhile two masters count
+    /// (Redis Sentinel fences nothing). The fault lasts until then.
+    fn settle(&self) {
+        let one_master = super::common::eventually(std::time::Duration::from_secs(30), || {
+            self.servers
+                .iter()
+                .filter(|r| command(r.port, "ROLE").is_some_and(|x| x.contains("master")))
+                .count()
+                == 1
+        });
+        assert!(one_master, "the Sentinel never settled on one master");
+    }
+
     /// `SENTINEL FAILOVER`: the replica promoted, the master made its
     /// replica, without either failing.
     fn failover(&self) {
@@ -163,9 +178,14 @@ impl Store {
         }
     }
 
+    /// Signals the master; on Sentinel a `CONT` ends the fault only once
+    /// one server is master again.
     pub fn signal(&self, sig: &str) {
         if self.pid() > 0 {
             send_signal(self.pid(), sig);
+        }
+        if let (Store::Sentinel(s), "CONT") = (self, sig) {
+            s.settle();
         }
     }
 
@@ -184,11 +204,15 @@ impl Store {
 
     /// Starts it again on its port, empty (on Sentinel, the server that
     /// was killed: the Sentinel makes it a replica of the one it promoted).
+    /// On Sentinel the fault lasts until one server is master again.
     pub fn restart(&mut self) {
         match self {
             Store::Redis(r) => r.restart(),
             Store::Memcached(m) => m.restart(),
-            Store::Sentinel(s) => restart_dead(&mut s.servers),
+            Store::Sentinel(s) => {
+                restart_dead(&mut s.servers);
+                s.settle();
+            }
             Store::Cluster(c) => restart_dead(&mut c.nodes),
         }
     }
