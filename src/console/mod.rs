@@ -288,7 +288,12 @@ pub async fn run(console: Arc<Console>, limiter: RateLimiter, token: Cancellatio
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
-            _ = tick.tick() => console.sample(&limiter, Now::wall().0),
+            _ = tick.tick() => {
+                // A walk of every rule (a million: milliseconds): off the
+                // runtime threads that answer requests.
+                let (c, l) = (console.clone(), limiter.clone());
+                let _ = tokio::task::spawn_blocking(move || c.sample(&l, Now::wall().0)).await;
+            }
             () = token.cancelled() => return,
         }
     }

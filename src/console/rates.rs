@@ -179,13 +179,21 @@ impl Rates {
     /// Gives rules that woke a graph, the busiest first; past `max` a
     /// newcomer takes the place of a graphed rule quieter than it lately.
     fn admit(&mut self, mut woke: Vec<Woke>) {
+        // Only the busiest `max` can take a place: a flood across a million
+        // customers sorts no more than that.
+        let cap = self.max.min(woke.len());
+        let ungraphable = woke.len() - cap;
+        if ungraphable > 0 {
+            woke.select_nth_unstable_by_key(cap, |w| std::cmp::Reverse(w.0));
+            woke.truncate(cap);
+        }
         woke.sort_unstable_by_key(|w| std::cmp::Reverse(w.0));
         let mut quietest: Vec<(u64, usize)> = Vec::new();
         if self.graphs.len() + woke.len() > self.max {
             quietest = self.graphs.iter().map(|(k, g)| (g.recent(), *k)).collect();
             quietest.sort_unstable_by_key(|q| std::cmp::Reverse(q.0));
         }
-        self.ungraphed = 0;
+        self.ungraphed = ungraphable;
         for (hits, place, stats, before) in woke {
             if self.graphs.len() >= self.max {
                 match quietest.pop() {

@@ -5,8 +5,8 @@
 //! request queued behind it on that thread would wait.
 
 use std::sync::Arc;
+use std::sync::OnceLock;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
-use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// A replaced snapshot (any type, so a test can watch where it is freed).
@@ -21,16 +21,16 @@ const PATIENCE: Duration = Duration::from_secs(10);
 /// Hands `old` to the retiring thread (started on first use; where it
 /// cannot start, `old` is dropped here, on the reload's own thread).
 pub(super) fn retire(old: Held) {
-    static TX: OnceLock<Option<Mutex<Sender<Held>>>> = OnceLock::new();
+    static TX: OnceLock<Option<Sender<Held>>> = OnceLock::new();
     let tx = TX.get_or_init(|| {
         let (tx, rx) = channel();
         std::thread::Builder::new()
             .name("sluice-retire".into())
             .spawn(move || run(&rx))
             .ok()
-            .map(|_| Mutex::new(tx))
+            .map(|_| tx)
     });
-    if let Some(Ok(tx)) = tx.as_ref().map(Mutex::lock) {
+    if let Some(tx) = tx {
         let _ = tx.send(old);
     }
 }
@@ -50,6 +50,8 @@ fn run(rx: &Receiver<Held>) {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+
     use super::*;
 
     /// Says which thread freed it.
