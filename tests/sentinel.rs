@@ -1,6 +1,7 @@
 //! Redis Sentinel with real processes: sluice finds the master through the
-//! sentinel, rides out the master's death on the failure policy, and counts
-//! on the promoted replica once the sentinel has failed over.
+//! sentinel, rides out the master's death on the failure policy, counts
+//! on the promoted replica once the sentinel has failed over, and leaves a
+//! node that still answers as a master once the sentinels name another.
 
 mod common;
 
@@ -86,4 +87,50 @@ async fn a_failover_is_followed_and_counting_resumes_on_the_new_master() {
         assert!(more <= 1000 / 8 + 1, "the new master stopped counting");
     }
     eprintln!("{answered} requests answered while sluice followed the failover");
+}
+
+/// A node that still answers as a master after the sentinels named another
+/// (a killed master restarted empty before the sentinel demotes it) must not
+/// keep an instance counting apart from the fleet: sluice asks the sentinels
+/// every second while connected and follows the master they name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_the_sentinels_no_longer_name_is_left() {
+    let old = RedisServer::start();
+    let new = RedisServer::start();
+    let sentinel = RedisSentinel::start("mymaster", old.port);
+    let spec = format!("mymaster@127.0.0.1:{}", sentinel.port);
+    let s = Sluice::start(
+        &[("shop.yaml", RULES)],
+        &["--redis-sentinel", &spec, "--redis-timeout", "200ms"],
+    );
+    assert!(eventually(Duration::from_secs(10), || s.status() == "ready"));
+    let mut c = s.client().await;
+    for _ in 0..3 {
+        assert_eq!(
+            ask(&mut c, "shop", &[("ip", "1.2.3.4")]).await.overall_code,
+            OK
+        );
+    }
+    assert_eq!(count(&old), Some(3), "counted on the first master");
+    // The sentinels now name another master; the old node lives on, a
+    // master still, and would take every increment sent to it.
+    sentinel.cli(&["sentinel", "remove", "mymaster"]);
+    let port = new.port.to_string();
+    sentinel.cli(&["sentinel", "monitor", "mymaster", "127.0.0.1", &port, "1"]);
+    assert_eq!(sentinel.master_port("mymaster"), Some(new.port));
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while count(&new).is_none() {
+        let r = ask(&mut c, "shop", &[("ip", "1.2.3.4")]).await;
+        assert_eq!(r.overall_code, OK, "the failure policy answers the gap");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still counting on the node the sentinels no longer name: {:?} there",
+            count(&old)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        old.cli(&["role"]).starts_with("master"),
+        "the old node stayed a master"
+    );
 }

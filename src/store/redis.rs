@@ -18,6 +18,7 @@ use redis::{IntoConnectionInfo, Script};
 mod clock;
 mod count;
 mod keys;
+mod master;
 mod reset;
 mod target;
 
@@ -65,7 +66,9 @@ pub struct RedisStore {
     config: RedisConfig,
     /// Where single-node connections and the batcher run, when apart.
     io: Option<IoThread>,
-    live: ArcSwapOption<Live>,
+    /// Shared with the task that follows a Sentinel's master
+    /// ([`master`]), which empties it when the sentinels name another.
+    live: Arc<ArcSwapOption<Live>>,
     script: Arc<Script>,
     demand_script: Script,
 }
@@ -97,7 +100,7 @@ impl RedisStore {
         Ok(RedisStore {
             config,
             io,
-            live: ArcSwapOption::empty(),
+            live: Arc::new(ArcSwapOption::empty()),
             script: Arc::new(Script::new(SCRIPT)),
             demand_script: Script::new(demand::SCRIPT),
         })
@@ -122,6 +125,7 @@ impl RedisStore {
     /// request. Returns how long the script call took, so the caller can tell
     /// a Redis that answers from one that answers in time.
     pub async fn connect(&self) -> Result<Duration, StoreError> {
+        let mut master = None;
         let (live, rtt) = match &self.config.target {
             RedisTarget::Single(url) => self.connect_single(url).await?,
             RedisTarget::Sentinel(sentinel) => {
@@ -130,7 +134,9 @@ impl RedisStore {
                 let url = sentinel
                     .master_url(self.config.connect_timeout, self.config.tls.as_ref())
                     .await?;
-                self.connect_single(&url).await?
+                let connected = self.connect_single(&url).await?;
+                master = Some(url);
+                connected
             }
             RedisTarget::Cluster(_) => {
                 let mut builder =
@@ -161,6 +167,14 @@ impl RedisStore {
         };
         let live = Arc::new(live);
         tokio::spawn(clock::keep_following(Arc::downgrade(&live)));
+        if let Some(url) = master {
+            tokio::spawn(master::keep_asking(
+                Arc::downgrade(&self.live),
+                Arc::downgrade(&live),
+                url,
+                self.config.clone(),
+            ));
+        }
         self.live.store(Some(live));
         Ok(rtt)
     }

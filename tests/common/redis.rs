@@ -458,6 +458,16 @@ impl RedisSentinel {
         s
     }
 
+    /// A `redis-cli` command against this sentinel; its output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// The master's port as this sentinel knows it.
     pub fn master_port(&self, master: &str) -> Option<u16> {
         let out = Command::new("redis-cli")
