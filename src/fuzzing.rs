@@ -48,6 +48,10 @@ descriptors:
 /// descriptors against every domain.
 pub fn config(data: &[u8]) {
     let text = String::from_utf8_lossy(data).into_owned();
+    assert!(
+        crate::config::yaml::readings_agree(&text),
+        "the event reading and serde's disagree on {text:?}"
+    );
     let metrics = Metrics::default();
     let Ok(rules) = load_texts(
         vec![(PathBuf::from("fuzz.yaml"), text)],

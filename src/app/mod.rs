@@ -5,6 +5,7 @@
 mod commands;
 mod error;
 mod listen;
+mod pages;
 mod store;
 
 use std::future::Future;
@@ -142,13 +143,15 @@ fn load_rules(args: &ServeArgs, metrics: &Arc<Metrics>) -> Option<Arc<LiveRules>
                 }
             }
         }
-        None => match LiveRules::load(&args.config, options, metrics.clone()) {
-            Ok(rules) => Some(Arc::new(rules)),
-            Err(e) => {
-                eprintln!("{e}");
-                None
+        None => {
+            match pages::small_pages(|| LiveRules::load(&args.config, options, metrics.clone())) {
+                Ok(rules) => Some(Arc::new(rules)),
+                Err(e) => {
+                    eprintln!("{e}");
+                    None
+                }
             }
-        },
+        }
     }
 }
 

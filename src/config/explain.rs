@@ -93,7 +93,7 @@ impl Domain {
                     None => none(steps, "no limit is set where the descriptor ends".into()),
                 };
             }
-            level = node.children.as_ref();
+            level = node.children.as_deref();
         }
         none(steps, "no entries".into())
     }
@@ -161,7 +161,7 @@ fn walk<'a>(
     let last = i + 1 == entries.len();
     let step = |node: &'a Node, general: bool, via: String, out: &mut Reach<'a>| {
         if !last {
-            return walk(node.children.as_ref(), entries, i + 1, general, via, out);
+            return walk(node.children.as_deref(), entries, i + 1, general, via, out);
         }
         match (&node.rule, general) {
             (Some(rule), true) => out.general = Some(rule),

@@ -3,15 +3,12 @@
 //! then the key-only default; a limit applies only where the request's
 //! descriptor ends.
 
-use std::collections::HashSet;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use envoy_types::pb::google::protobuf::Struct;
 
-use super::error::ConfigError;
-use super::model::{DescriptorDef, DomainFile, LimitDef, Origin, RateLimitDef};
-use crate::rule_stats::{RuleCounters, RuleStats};
+use super::model::LimitDef;
+use crate::rule_stats::RuleStats;
 use crate::store::FailurePolicy;
 
 /// A limit a request can hit, with everything a decision and its metrics need.
@@ -84,7 +81,9 @@ impl Pattern {
 #[derive(Debug, Default)]
 pub(super) struct Node {
     pub(super) rule: Option<Arc<Rule>>,
-    pub(super) children: Option<Level>,
+    /// Boxed: most nodes are leaves, and a million leaves would carry an
+    /// empty level each.
+    pub(super) children: Option<Box<Level>>,
     /// The configured value, used in place of the runtime value in the counter
     /// key when `share_threshold` is set.
     pub(super) shared_value: Option<Box<str>>,
@@ -184,7 +183,7 @@ impl Domain {
                     metric_path: metric_path(rule, &walked, entries),
                 });
             }
-            level = node.children.as_ref()?;
+            level = node.children.as_deref()?;
         }
         None
     }
@@ -224,170 +223,8 @@ fn metric_path<S: AsRef<str>>(rule: &Rule, walked: &[&Node], entries: &[(S, S)])
     Some(parts.join("."))
 }
 
-/// Compiles parsed files into domains. `merge` lets one domain span files.
-pub fn compile(
-    files: Vec<(PathBuf, DomainFile)>,
-    merge: bool,
-    counters: &dyn RuleCounters,
-) -> Result<FastMap<Arc<str>, Domain>, Vec<ConfigError>> {
-    let mut errors = Vec::new();
-    let mut grouped: Vec<(Arc<str>, Vec<DescriptorDef>)> = Vec::new();
-    for (file, df) in files {
-        match grouped.iter_mut().find(|(d, _)| **d == *df.domain) {
-            Some((_, descriptors)) if merge => descriptors.extend(df.descriptors),
-            Some(_) => errors.push(ConfigError {
-                file,
-                position: None,
-                field: "domain".into(),
-                message: format!("duplicate domain '{}' in config file", df.domain),
-            }),
-            None => grouped.push((Arc::from(df.domain.as_str()), df.descriptors)),
-        }
-    }
-    let mut domains = FastMap::default();
-    for (name, descriptors) in grouped {
-        let mut c = Compiler {
-            domain: name.clone(),
-            counters,
-            errors: &mut errors,
-            rules: Vec::new(),
-            needs_path: false,
-        };
-        let root = c.level(&descriptors, &name);
-        let (rules, needs_path) = (c.rules, c.needs_path);
-        let override_stats = counters.counters(&name, "_override");
-        domains.insert(
-            name,
-            Domain {
-                root,
-                rules,
-                override_stats,
-                needs_path,
-            },
-        );
-    }
-    if errors.is_empty() {
-        Ok(domains)
-    } else {
-        Err(errors)
-    }
-}
-
-struct Compiler<'a> {
-    domain: Arc<str>,
-    counters: &'a dyn RuleCounters,
-    errors: &'a mut Vec<ConfigError>,
-    rules: Vec<Arc<Rule>>,
-    needs_path: bool,
-}
-
-impl Compiler<'_> {
-    fn level(&mut self, defs: &[DescriptorDef], parent: &str) -> Level {
-        let mut level = Level::default();
-        let mut seen = HashSet::new();
-        for d in defs {
-            let composite = d.composite();
-            let full = format!("{parent}.{composite}");
-            if !seen.insert(composite.clone()) {
-                self.duplicate(&d.origin, &full);
-                continue;
-            }
-            let node = self.node(d, &composite, &full);
-            if composite.contains('*') {
-                level.wildcards.push((Pattern::new(&composite), node));
-                continue;
-            }
-            let slot = level.keys.entry(Box::from(d.key.as_str())).or_default();
-            match &d.value {
-                Some(v) => {
-                    slot.values.insert(Box::from(v.as_str()), node);
-                }
-                None => slot.default = Some(node),
-            }
-        }
-        level
-    }
-
-    fn duplicate(&mut self, origin: &Origin, full: &str) {
-        self.errors.push(ConfigError {
-            file: origin.file.clone(),
-            position: origin.position,
-            field: origin.field.clone(),
-            message: format!("duplicate descriptor composite key '{full}'"),
-        });
-    }
-
-    fn rule(
-        &mut self,
-        d: &DescriptorDef,
-        rl: &RateLimitDef,
-        path: &str,
-        stats_path: &str,
-        also: Box<[Arc<Rule>]>,
-    ) -> Arc<Rule> {
-        let rule = Arc::new(Rule {
-            domain: self.domain.clone(),
-            path: Box::from(path),
-            label: Box::from(stats_path),
-            limit: rl.limit,
-            name: rl.name.as_deref().map(Box::from),
-            replaces: rl.replaces.iter().map(|r| Box::from(r.as_str())).collect(),
-            shadow_mode: d.shadow_mode,
-            quota_mode: d.quota_mode,
-            detailed_metric: d.detailed_metric,
-            metadata: d.metadata.clone(),
-            stats: self.counters.counters(&self.domain, stats_path),
-            on_failure: rl.on_failure,
-            refundable: rl.refundable,
-            leased_allowance: rl.leased_allowance,
-            also,
-        });
-        self.rules.push(rule.clone());
-        rule
-    }
-
-    fn node(&mut self, d: &DescriptorDef, composite: &str, full: &str) -> Node {
-        let path = &full[self.domain.len() + 1..];
-        self.needs_path |= d.share_threshold || d.value_to_metric || d.detailed_metric;
-        let rule = match (&d.rate_limit, d.rate_limits.split_first()) {
-            (Some(rl), _) => Some(self.rule(d, rl, path, path, Box::default())),
-            (None, Some((first, rest))) => {
-                // Each limit of the list counts under its own stats path.
-                let sub = |i: usize, rl: &RateLimitDef| match &rl.name {
-                    Some(n) => format!("{path}:{n}"),
-                    None => format!("{path}:{i}"),
-                };
-                let also: Box<[Arc<Rule>]> = rest
-                    .iter()
-                    .enumerate()
-                    .map(|(i, rl)| {
-                        let stats = sub(i + 1, rl);
-                        self.rule(d, rl, path, &stats, Box::default())
-                    })
-                    .collect();
-                let stats = sub(0, first);
-                Some(self.rule(d, first, path, &stats, also))
-            }
-            (None, None) => None,
-        };
-        let children = (!d.descriptors.is_empty()).then(|| self.level(&d.descriptors, full));
-        Node {
-            rule,
-            children,
-            shared_value: d
-                .share_threshold
-                .then(|| Box::from(d.value.as_deref().unwrap_or(&d.key))),
-            value_to_metric: d.value_to_metric,
-            element: Box::from(composite),
-            key: Box::from(d.key.as_str()),
-            exact: d
-                .value
-                .as_deref()
-                .filter(|_| !composite.contains('*'))
-                .map(Box::from),
-        }
-    }
-}
+mod compile;
+pub use compile::compile;
 
 #[cfg(test)]
 #[path = "matcher_tests.rs"]

@@ -13,7 +13,7 @@ mod overlay;
 mod walk;
 pub mod watch;
 pub mod xds;
-mod yaml;
+pub(crate) mod yaml;
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -332,7 +332,7 @@ pub(crate) fn compile_files(
 /// `--calendar-months`: every fixed window of `unit: month` becomes a UTC
 /// calendar month, as the reference's `USE_CALENDAR_MONTH_RATE_LIMIT` makes
 /// it (other shapes keep 30 days: the reference has no others).
-fn calendar_months(defs: &mut [DescriptorDef]) {
+fn calendar_months(defs: &mut [Box<DescriptorDef>]) {
     for d in defs {
         for r in d.rate_limit.iter_mut().chain(d.rate_limits.iter_mut()) {
             if let LimitDef::Limited {
@@ -350,7 +350,7 @@ fn calendar_months(defs: &mut [DescriptorDef]) {
 
 /// Refuses concurrency rules on a store that cannot hold their leases.
 fn no_leases(parsed: &[(PathBuf, DomainFile)]) -> Result<(), LoadError> {
-    fn walk(file: &Path, defs: &[DescriptorDef], errors: &mut Vec<ConfigError>) {
+    fn walk(file: &Path, defs: &[Box<DescriptorDef>], errors: &mut Vec<ConfigError>) {
         for d in defs {
             let concurrent = d.rate_limit.iter().chain(&d.rate_limits).any(|r| {
                 matches!(

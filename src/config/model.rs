@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
+use crate::config::yaml::Location;
 use envoy_types::pb::google::protobuf::{Struct, Value as PbValue, value::Kind};
-use serde_saphyr::Location;
 
 use super::error::ConfigError;
 
@@ -23,11 +23,20 @@ pub use keys::VALID_KEYS;
 use metadata::to_pb;
 pub(crate) use shape::{check_shape, shaped};
 
+/// Descriptor definitions, each boxed: a million of them in one list would
+/// be a third of a gigabyte of one block (copied whole when the parts of a
+/// big file are joined, and held until the last is compiled), where boxes
+/// are freed one by one as the compiler consumes them and their memory
+/// goes to the compiled rules: a million-rule check peaked at 1.22 GB
+/// unboxed, 0.90 GB boxed.
+#[allow(clippy::vec_box)]
+pub type Defs = Vec<Box<DescriptorDef>>;
+
 /// One file: a domain and its descriptor tree.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DomainFile {
     pub domain: String,
-    pub descriptors: Vec<DescriptorDef>,
+    pub descriptors: Defs,
 }
 
 /// Where a definition was written, for later (cross-file) errors.
@@ -52,7 +61,7 @@ pub struct DescriptorDef {
     pub value_to_metric: bool,
     pub share_threshold: bool,
     pub metadata: Option<Struct>,
-    pub descriptors: Vec<DescriptorDef>,
+    pub descriptors: Defs,
     pub origin: Origin,
 }
 
@@ -211,13 +220,13 @@ impl Parser<'_> {
         self.error(&k.referenced, key, msg);
     }
 
-    fn descriptors(&mut self, node: &Node, path: &str) -> Vec<DescriptorDef> {
+    fn descriptors(&mut self, node: &Node, path: &str) -> Defs {
         match &node.value {
             Value::Null => Vec::new(),
             Value::Seq(items) => items
                 .iter()
                 .enumerate()
-                .map(|(i, item)| self.descriptor(item, &format!("{path}[{i}]")))
+                .map(|(i, item)| Box::new(self.descriptor(item, &format!("{path}[{i}]"))))
                 .collect(),
             other => {
                 let msg = format!(

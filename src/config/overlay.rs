@@ -106,7 +106,7 @@ struct Ctx<'a> {
 impl Ctx<'_> {
     /// Applies `node` to the pushed descriptor at its path among `level`;
     /// whether one was there.
-    fn apply(&mut self, node: &OverlayNode, level: &mut [DescriptorDef]) -> bool {
+    fn apply(&mut self, node: &OverlayNode, level: &mut [Box<DescriptorDef>]) -> bool {
         let Some(d) = level
             .iter_mut()
             .find(|d| d.key == node.key && d.value == node.value)

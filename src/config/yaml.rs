@@ -8,10 +8,72 @@
 use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde_saphyr::{Location, Spanned};
+use serde_saphyr::Spanned;
 
-/// One YAML node with the place it was written.
-pub type Node = Spanned<Value>;
+mod events;
+
+/// Where a node was written: 1-based line and column, 0 when unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Location {
+    line: u32,
+    column: u32,
+}
+
+impl Location {
+    pub const UNKNOWN: Location = Location { line: 0, column: 0 };
+
+    fn at(line: usize, column: usize) -> Location {
+        let clamp = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        Location {
+            line: clamp(line),
+            column: clamp(column),
+        }
+    }
+
+    pub fn line(&self) -> u64 {
+        self.line.into()
+    }
+
+    pub fn column(&self) -> u64 {
+        self.column.into()
+    }
+}
+
+impl From<serde_saphyr::Location> for Location {
+    fn from(l: serde_saphyr::Location) -> Location {
+        let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        Location {
+            line: clamp(l.line()),
+            column: clamp(l.column()),
+        }
+    }
+}
+
+/// One YAML node with the place it was written: where it is used
+/// (`referenced`) and, for an alias, where its anchor defined it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    pub value: Value,
+    pub referenced: Location,
+    pub defined: Location,
+}
+
+impl Node {
+    pub fn new(value: Value, referenced: Location, defined: Location) -> Node {
+        Node {
+            value,
+            referenced,
+            defined,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Node {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = Spanned::<Value>::deserialize(d)?;
+        Ok(Node::new(s.value, s.referenced.into(), s.defined.into()))
+    }
+}
 
 /// A YAML value as the document wrote it.
 #[derive(Debug, Clone, PartialEq)]
@@ -136,7 +198,7 @@ pub struct SyntaxError {
 pub const MAX_DEPTH: usize = 40;
 
 fn null() -> Node {
-    Spanned::new(Value::Null, Location::UNKNOWN, Location::UNKNOWN)
+    Node::new(Value::Null, Location::UNKNOWN, Location::UNKNOWN)
 }
 
 /// Bounds on one rule file (`--max-rule-file-bytes`,
@@ -189,7 +251,7 @@ fn syntax(e: &serde_saphyr::Error, bounds: FileBounds) -> SyntaxError {
         _ => first_line(&e.to_string()),
     };
     SyntaxError {
-        position: e.location().as_ref().and_then(position),
+        position: e.location().map(Location::from).as_ref().and_then(position),
         message,
     }
 }
@@ -224,10 +286,24 @@ pub fn parse_all(text: &str, bounds: FileBounds) -> Result<Vec<Node>, SyntaxErro
     if text.trim().is_empty() {
         return Ok(vec![null()]);
     }
+    if let Some(doc) = events::read(text, bounds) {
+        return Ok(vec![doc]);
+    }
     let docs: Vec<Node> =
         serde_saphyr::from_str_multiple_with_options::<Node, Vec<Node>>(text, options(bounds))
             .map_err(|e| syntax(&e, bounds))?;
     Ok(if docs.is_empty() { vec![null()] } else { docs })
+}
+
+/// Whether the event reading, where it reads `text` at all, reads it as
+/// serde's does: what the config fuzzer holds every input to.
+pub fn readings_agree(text: &str) -> bool {
+    let bounds = FileBounds::default();
+    let Some(fast) = events::read(text, bounds) else {
+        return true;
+    };
+    serde_saphyr::from_str_multiple_with_options::<Node, Vec<Node>>(text, options(bounds))
+        .is_ok_and(|docs| docs == [fast])
 }
 
 fn first_line(s: &str) -> String {

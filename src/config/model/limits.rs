@@ -3,7 +3,7 @@
 //! sluice's (`window`, `algorithm`, `burst`, `on_store_failure`, and the
 //! `rate_limits` list).
 
-use serde_saphyr::Location;
+use crate::config::yaml::Location;
 
 use super::super::yaml::{Node, Value};
 use super::{LimitDef, Parser, RateLimitDef, join, key_of};

@@ -2,8 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::config::yaml::Location;
 use envoy_types::pb::google::protobuf::{ListValue, Struct, Value as PbValue, value::Kind};
-use serde_saphyr::Location;
 
 use super::{Node, Value};
 

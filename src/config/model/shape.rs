@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use serde_saphyr::Location;
+use crate::config::yaml::Location;
 
 use super::super::yaml::{Node, Value};
 use super::{ConfigError, LimitDef, Parser, RateLimitDef, key_of};

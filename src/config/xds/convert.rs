@@ -27,7 +27,14 @@ pub(super) fn domain_file(config: &RateLimitConfig) -> Result<DomainFile, Vec<Co
         .descriptors
         .iter()
         .enumerate()
-        .map(|(i, d)| descriptor(d, &file, &format!("descriptors[{i}]"), &mut errors))
+        .map(|(i, d)| {
+            Box::new(descriptor(
+                d,
+                &file,
+                &format!("descriptors[{i}]"),
+                &mut errors,
+            ))
+        })
         .collect();
     if errors.is_empty() {
         Ok(DomainFile {
@@ -61,7 +68,14 @@ fn descriptor(
         .descriptors
         .iter()
         .enumerate()
-        .map(|(i, c)| descriptor(c, file, &format!("{path}.descriptors[{i}]"), errors))
+        .map(|(i, c)| {
+            Box::new(descriptor(
+                c,
+                file,
+                &format!("{path}.descriptors[{i}]"),
+                errors,
+            ))
+        })
         .collect();
     DescriptorDef {
         key: d.key.clone(),
