@@ -120,8 +120,7 @@ pub(crate) async fn reset(
 
 /// The lookup as JSON.
 fn document(limiter: &RateLimiter, p: &Peeked) -> Value {
-    let snapshot = limiter.rules().snapshot();
-    let domain = snapshot.rules.domain(&p.request.domain);
+    let domain = p.rules.rules.domain(&p.request.domain);
     let store = limiter.store().health();
     let descriptors: Vec<Value> = p
         .descriptors
@@ -236,3 +235,7 @@ fn counts(limits: &[PeekedLimit]) -> String {
         .collect::<Vec<_>>()
         .join(",")
 }
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;

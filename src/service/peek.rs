@@ -46,6 +46,9 @@ pub(crate) struct PeekedDescriptor {
 /// A lookup's answer.
 #[derive(Debug)]
 pub(crate) struct Peeked {
+    /// The rules the counts were found by: the explanation of a lookup or
+    /// reset is drawn from these too, never from a reload since.
+    pub(crate) rules: std::sync::Arc<crate::config::Loaded>,
     pub(crate) request: Request,
     /// The domain has rules loaded.
     pub(crate) domain_known: bool,
@@ -71,6 +74,7 @@ impl RateLimiter {
         let loaded = self.rules.snapshot();
         let Some(domain) = loaded.rules.domain(&req.domain) else {
             return Ok(Peeked {
+                rules: loaded.clone(),
                 request: req,
                 domain_known: false,
                 descriptors: Vec::new(),
@@ -111,6 +115,7 @@ impl RateLimiter {
             })
             .collect();
         Ok(Peeked {
+            rules: loaded.clone(),
             request: req,
             domain_known: true,
             descriptors,
