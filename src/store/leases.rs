@@ -20,7 +20,7 @@ use std::hash::{BuildHasher, RandomState};
 use parking_lot::Mutex;
 
 use super::Increment;
-use super::memory::SAMPLE;
+use super::SAMPLE;
 use crate::limiter::Tally;
 
 const SHARDS: usize = 16;

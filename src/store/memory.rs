@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::demand::{DemandTables, DemandUpdate, Fleet};
 use super::leases::Leases;
-use super::{BoxFuture, CounterStats, Increment, Store, StoreError, StoreHealth};
+use super::{BoxFuture, Increment, Occupancy, Store, StoreError, StoreHealth};
 use crate::limiter::Now;
 use crate::limiter::{Algorithm, Tally};
 use apply::{apply, give_back};
@@ -32,8 +32,7 @@ use apply::{apply, give_back};
 mod apply;
 
 const SHARDS: usize = 64;
-/// Counters looked at to choose one to drop when a shard is full.
-pub const SAMPLE: usize = 16;
+use super::SAMPLE;
 /// The default bound on live counters (`--max-counters`): about 100 MB.
 pub const DEFAULT_MAX_COUNTERS: usize = 1_000_000;
 
@@ -164,8 +163,8 @@ impl MemoryStore {
     }
 
     /// Live counters (as of the last sweep) and evictions so far.
-    pub fn stats(&self) -> CounterStats {
-        CounterStats {
+    pub fn stats(&self) -> Occupancy {
+        Occupancy {
             live: self.live.load(Relaxed),
             evictions: self.evictions.load(Relaxed),
         }
@@ -310,7 +309,7 @@ impl Store for MemoryStore {
         Box::pin(std::future::ready(fleet))
     }
 
-    fn counters(&self) -> CounterStats {
+    fn counters(&self) -> Occupancy {
         self.stats()
     }
 }

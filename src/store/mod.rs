@@ -154,9 +154,15 @@ impl StoreError {
     }
 }
 
-/// Live counters of an in-memory store, for the gauges.
+/// Entries looked at to choose one to drop when a shard of the memory
+/// store or of its concurrency slots is full. Here, not in either, so
+/// neither imports the other for it.
+pub const SAMPLE: usize = 16;
+
+/// How full an in-memory store is (live counters and evictions), for the
+/// gauges; not the counters endpoints' own stats (`counters::CounterStats`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CounterStats {
+pub struct Occupancy {
     pub live: u64,
     /// Counters dropped to make room since start.
     pub evictions: u64,
@@ -230,8 +236,8 @@ pub trait Store: Send + Sync + 'static {
 
     /// Counters held in this process's memory (the memory store, or the
     /// fallback of a shared one).
-    fn counters(&self) -> CounterStats {
-        CounterStats::default()
+    fn counters(&self) -> Occupancy {
+        Occupancy::default()
     }
 
     /// Writes one member's demand for a quota bucket and reads the fleet's;

@@ -32,8 +32,8 @@ use super::breaker::{Breaker, PROBE_MAX, Verdict};
 use super::demand::{DemandUpdate, Fleet};
 use super::lag::Lag;
 use super::{
-    BoxFuture, CounterStats, FailurePolicy, Increment, MemoryStore, OverLimitCache, Store,
-    StoreError, StoreHealth, expect_counts,
+    BoxFuture, FailurePolicy, Increment, MemoryStore, Occupancy, OverLimitCache, Store, StoreError,
+    StoreHealth, expect_counts,
 };
 use crate::limiter::{Decision, Now, Tally};
 use crate::metrics::{Metrics, StoreCall};
@@ -347,7 +347,7 @@ impl Store for Resilient {
         }
     }
 
-    fn counters(&self) -> CounterStats {
+    fn counters(&self) -> Occupancy {
         self.fallback.stats()
     }
 
