@@ -13,7 +13,7 @@ use crate::health_probe;
 use crate::rule_stats::Detached;
 
 pub fn check(args: &CheckArgs) -> Result<ExitCode, AppError> {
-    let Some(rules) = super::pages::small_pages(|| check_load(args)) else {
+    let Some(rules) = check_load(args) else {
         return Ok(ExitCode::FAILURE);
     };
     let code = report(&rules, args);

@@ -5,7 +5,6 @@
 mod commands;
 mod error;
 mod listen;
-mod pages;
 mod store;
 
 use std::future::Future;
@@ -143,15 +142,13 @@ fn load_rules(args: &ServeArgs, metrics: &Arc<Metrics>) -> Option<Arc<LiveRules>
                 }
             }
         }
-        None => {
-            match pages::small_pages(|| LiveRules::load(&args.config, options, metrics.clone())) {
-                Ok(rules) => Some(Arc::new(rules)),
-                Err(e) => {
-                    eprintln!("{e}");
-                    None
-                }
+        None => match LiveRules::load(&args.config, options, metrics.clone()) {
+            Ok(rules) => Some(Arc::new(rules)),
+            Err(e) => {
+                eprintln!("{e}");
+                None
             }
-        }
+        },
     }
 }
 
