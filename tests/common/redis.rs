@@ -195,12 +195,7 @@ impl RedisServer {
 
     /// `redis-cli` against this server.
     pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
-            .args(["-p", &self.port.to_string()])
-            .args(args)
-            .output()
-            .expect("redis-cli");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        cli(self.port, args)
     }
 
     /// The counter keys held here: every key but sluice's recovery probe.
@@ -418,6 +413,16 @@ impl DelayProxy {
     }
 }
 
+/// `redis-cli -p PORT ARGS...`: its output.
+fn cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// One `redis-server --sentinel` watching `master` on `master_port`, with a
 /// quick failover (1 s down, quorum 1); killed when dropped.
 pub struct RedisSentinel {
@@ -460,12 +465,7 @@ impl RedisSentinel {
 
     /// A `redis-cli` command against this sentinel; its output.
     pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
-            .args(["-p", &self.port.to_string()])
-            .args(args)
-            .output()
-            .expect("redis-cli");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        cli(self.port, args)
     }
 
     /// The master's port as this sentinel knows it.

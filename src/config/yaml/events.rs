@@ -19,6 +19,9 @@ use granit_parser::{Event, Options, Parser, ScalarStyle};
 
 use super::{FileBounds, Location, MAX_DEPTH, Node, Value};
 
+/// Levels short of [`MAX_DEPTH`] at which this reading gives a file up.
+const DEPTH_MARGIN: usize = 4;
+
 /// A collection being read, with where it started.
 enum Open {
     Seq(Vec<Node>, Location),
@@ -53,7 +56,9 @@ pub(super) fn read(text: &str, bounds: FileBounds) -> Option<Node> {
             Event::SequenceEnd | Event::MappingEnd => Some(close(stack.pop()?)?),
             _ => return None,
         };
-        if stack.len() > MAX_DEPTH {
+        // Well inside serde's depth bound however each counts a level, so
+        // nothing read here is a file serde's reading would refuse.
+        if stack.len() + DEPTH_MARGIN > MAX_DEPTH {
             return None;
         }
         let Some(node) = done else { continue };

@@ -54,12 +54,11 @@ fn bounds_send_the_file_to_serde() {
         ..FileBounds::default()
     };
     assert!(read("a: 1\nb: 2\nc: 3\n", tight).is_none());
-    let deep = format!(
-        "{}1{}",
-        "[".repeat(MAX_DEPTH + 1),
-        "]".repeat(MAX_DEPTH + 1)
-    );
-    assert!(read(&format!("a: {deep}\n"), FileBounds::default()).is_none());
+    let nest = |n: usize| format!("a: {}1{}\n", "[".repeat(n), "]".repeat(n));
+    assert!(read(&nest(MAX_DEPTH + 1), FileBounds::default()).is_none());
+    assert!(read(&nest(MAX_DEPTH - DEPTH_MARGIN), FileBounds::default()).is_none());
+    // What this reads at its deepest, serde reads the same.
+    same(&nest(MAX_DEPTH - DEPTH_MARGIN - 1));
 }
 
 /// Every rule file the tests keep (the reference's fixtures, Envoy
