@@ -66,6 +66,12 @@ pub struct DescriptorDef {
 }
 
 impl DescriptorDef {
+    /// Whether the descriptor is a pattern (`*` in its key or value), which
+    /// the matcher tries after the exact values.
+    pub fn is_pattern(&self) -> bool {
+        self.key.contains('*') || self.value.as_ref().is_some_and(|v| v.contains('*'))
+    }
+
     /// The reference's node identity: `key_value`, or `key` without a value.
     pub fn composite(&self) -> String {
         match &self.value {

@@ -135,7 +135,7 @@ impl RedisStore {
                     .master_url(self.config.connect_timeout, self.config.tls.as_ref())
                     .await?;
                 let connected = self.connect_single(&url).await?;
-                master = Some(url);
+                master = Some((url, sentinel.clone()));
                 connected
             }
             RedisTarget::Cluster(_) => {
@@ -167,11 +167,12 @@ impl RedisStore {
         };
         let live = Arc::new(live);
         tokio::spawn(clock::keep_following(Arc::downgrade(&live)));
-        if let Some(url) = master {
+        if let Some((url, sentinel)) = master {
             tokio::spawn(master::keep_asking(
                 Arc::downgrade(&self.live),
                 Arc::downgrade(&live),
                 url,
+                sentinel,
                 self.config.clone(),
             ));
         }

@@ -67,10 +67,7 @@ type FastSet<T> = std::collections::HashSet<T, foldhash::fast::RandomState>;
 /// time touching fresh pages), and whether it has more than one key.
 fn sized(defs: &[Box<DescriptorDef>]) -> (FastMap<Box<str>, KeyNodes>, bool) {
     let mut counts: FastMap<&str, usize> = FastMap::default();
-    let wild = |d: &&DescriptorDef| {
-        d.key.contains('*') || d.value.as_ref().is_some_and(|v| v.contains('*'))
-    };
-    for d in defs.iter().map(|d| &**d).filter(|d| !wild(d)) {
+    for d in defs.iter().filter(|d| !d.is_pattern()) {
         *counts.entry(d.key.as_str()).or_default() += usize::from(d.value.is_some());
     }
     let several = counts.len() > 1;
@@ -112,7 +109,7 @@ impl Compiler<'_> {
         for d in defs {
             let composite = d.composite();
             let full = format!("{parent}.{composite}");
-            let wild = composite.contains('*');
+            let wild = d.is_pattern();
             if (several || wild) && !seen.insert(Box::<str>::from(composite.as_str())) {
                 self.duplicate(&d.origin, &full);
                 continue;

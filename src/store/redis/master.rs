@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 
-use super::{Live, RedisConfig, RedisTarget, mask};
+use super::{Live, RedisConfig, Sentinel, mask};
 
 /// How often a live Sentinel connection asks whether its node is still the
 /// master: the longest a fleet can count on two masters after a sentinel
@@ -29,17 +29,15 @@ pub(super) async fn keep_asking(
     slot: Weak<ArcSwapOption<Live>>,
     ours: Weak<Live>,
     url: String,
+    sentinel: Sentinel,
     config: RedisConfig,
 ) {
-    let RedisTarget::Sentinel(sentinel) = &config.target else {
-        return;
-    };
     loop {
         tokio::time::sleep(EVERY).await;
-        let (Some(slot), Some(live)) = (slot.upgrade(), ours.upgrade()) else {
-            return;
-        };
-        if !is_current(&slot, &live) {
+        // Held only to look, never across the question: a replaced
+        // connection is not kept open by its watcher.
+        let watched = slot.upgrade().zip(ours.upgrade());
+        if !watched.is_some_and(|(slot, live)| is_current(&slot, &live)) {
             return;
         }
         let named = sentinel
@@ -49,6 +47,9 @@ pub(super) async fn keep_asking(
         if named == url {
             continue;
         }
+        let (Some(slot), Some(live)) = (slot.upgrade(), ours.upgrade()) else {
+            return;
+        };
         tracing::warn!(
             connected = %mask(&url),
             named = %mask(&named),
