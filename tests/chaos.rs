@@ -13,6 +13,8 @@
 
 mod common;
 
+#[path = "chaos/breaker.rs"]
+mod breaker;
 #[path = "chaos/checker.rs"]
 mod checker;
 #[path = "chaos/fleet.rs"]

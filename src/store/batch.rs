@@ -79,6 +79,13 @@ impl Sends {
         self.answered_at.store(self.now_ms() + 1, Relaxed);
     }
 
+    /// Whether the store answered some call in the last `within`.
+    fn answered_within(&self, within: Duration) -> bool {
+        let at = self.answered_at.load(Relaxed);
+        let within = u64::try_from(within.as_millis()).unwrap_or(u64::MAX);
+        at != 0 && self.now_ms().saturating_sub(at - 1) < within
+    }
+
     /// Whether the store is silent: some call has been unanswered for at
     /// least `wait`, and no call was answered in that time either.
     pub(super) fn stalled(&self, wait: Duration) -> bool {
@@ -113,6 +120,11 @@ impl Batcher {
     /// Whether a script call has gone unanswered for at least `wait`.
     pub(super) fn stalled(&self, wait: Duration) -> bool {
         self.sends.stalled(wait)
+    }
+
+    /// Whether Redis answered some script call in the last `within`.
+    pub(super) fn answered_within(&self, within: Duration) -> bool {
+        self.sends.answered_within(within)
     }
 
     /// Tallies of the increments, in `ops` order.

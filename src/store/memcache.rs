@@ -29,6 +29,7 @@ mod conn;
 
 use conn::{Conn, Manager};
 
+use super::calls::Calls;
 use super::pool::Pooled;
 use super::script::EXPIRY_SLACK_SECONDS;
 use super::{BoxFuture, Increment, StoreError};
@@ -96,6 +97,9 @@ async fn bucket(
 pub struct MemcacheStore {
     config: MemcacheConfig,
     pools: ArcSwapOption<Vec<Pooled<Manager>>>,
+    /// Calls sent and answered on every connection, so a wait that ran out
+    /// tells a silent memcached from a slow one.
+    calls: Arc<Calls>,
 }
 
 impl MemcacheStore {
@@ -106,6 +110,7 @@ impl MemcacheStore {
         Ok(MemcacheStore {
             config,
             pools: ArcSwapOption::empty(),
+            calls: Arc::new(Calls::new()),
         })
     }
 
@@ -117,6 +122,7 @@ impl MemcacheStore {
             let manager = Manager {
                 addr: addr.clone(),
                 timeout: self.config.connect_timeout,
+                calls: self.calls.clone(),
             };
             let pool =
                 Pooled::open(manager, self.config.pool_size, self.config.connect_timeout).await?;
@@ -268,6 +274,14 @@ impl super::Primary for MemcacheStore {
 
     fn probe(&self) -> BoxFuture<'_, Result<Duration, StoreError>> {
         Box::pin(self.connect())
+    }
+
+    fn stalled(&self, at_least: Duration, workers_late: Duration) -> Option<bool> {
+        self.calls.heard(at_least, workers_late)
+    }
+
+    fn answered_within(&self, within: Duration) -> bool {
+        self.calls.answered_within(within)
     }
 
     fn backend(&self) -> &'static str {

@@ -5,6 +5,7 @@ mod allowance;
 mod batch;
 mod breaker;
 mod cache;
+mod calls;
 mod coalesce;
 pub mod demand;
 mod io_thread;

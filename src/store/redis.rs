@@ -27,6 +27,7 @@ use target::seeds;
 pub use target::{RedisTarget, mask};
 
 use super::batch::Batcher;
+use super::calls::Calls;
 use super::demand::{self, DemandUpdate, MemberDemand};
 use super::io_thread::IoThread;
 pub use super::pool::RedisTls;
@@ -71,6 +72,9 @@ pub struct RedisStore {
     live: Arc<ArcSwapOption<Live>>,
     script: Arc<Script>,
     demand_script: Script,
+    /// A Cluster's calls sent and answered (a single node's batcher keeps
+    /// its own), so a wait that ran out tells a silent node from a slow one.
+    cluster_calls: Arc<Calls>,
 }
 
 fn unavailable(e: impl fmt::Display) -> StoreError {
@@ -103,6 +107,7 @@ impl RedisStore {
             live: Arc::new(ArcSwapOption::empty()),
             script: Arc::new(Script::new(SCRIPT)),
             demand_script: Script::new(demand::SCRIPT),
+            cluster_calls: Arc::new(Calls::new()),
         })
     }
 
@@ -307,7 +312,16 @@ impl super::Primary for RedisStore {
                 let late = self.io.as_ref().map_or(workers_late, IoThread::late_now);
                 Some(batcher.stalled(at_least + late))
             }
-            _ => None,
+            Some(Live::Cluster(_)) => self.cluster_calls.heard(at_least, workers_late),
+            None => None,
+        }
+    }
+
+    fn answered_within(&self, within: Duration) -> bool {
+        match self.live.load().as_deref() {
+            Some(Live::Single(batcher, _)) => batcher.answered_within(within),
+            Some(Live::Cluster(_)) => self.cluster_calls.answered_within(within),
+            None => false,
         }
     }
 

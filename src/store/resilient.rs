@@ -196,13 +196,21 @@ impl Resilient {
     /// it has answered nothing for too long; sluice's own otherwise (a
     /// store that answers late, starved of CPU on a loaded host, is slow,
     /// not down). A store that cannot tell is judged by how late the
-    /// workers run.
+    /// workers run. A store heard answering within that time is not
+    /// silent, so the silence bound does not run against it.
     fn blame(&self, wait: Duration) -> Blame {
         let late = self.lag.late_now();
-        let own = match self.primary.stalled((wait / 2).max(QUIET), late) {
+        let at_least = (wait / 2).max(QUIET);
+        let own = match self.primary.stalled(at_least, late) {
             Some(stalled) => !stalled,
             None => late * 2 >= wait,
         };
+        // Heard answering lately, if only requests that had given up: not
+        // silent (a flood can leave every wait running out on a store
+        // that answers them all, late).
+        if own && self.primary.answered_within(at_least) {
+            self.silence.answered();
+        }
         self.silence.ran_out(own)
     }
 

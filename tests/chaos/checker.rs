@@ -100,6 +100,7 @@ pub fn check(h: &History, instances: usize) -> Report {
     reference(h, &mut r);
     super::refusals::check(h, instances, &mut r);
     super::kinds::check(h, &mut r);
+    super::breaker::check(h, instances, &mut r);
     r
 }
 

@@ -9,6 +9,7 @@ use std::process::{Child, Command};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use super::common::throttle::Throttle;
 use super::common::{Sluice, config_dir, send_signal};
 use super::proxy::Proxy;
 use super::store::{Backend, Store};
@@ -106,6 +107,7 @@ pub struct Fleet {
     flood: Mutex<Vec<Child>>,
     /// The store process stopped by the nemesis, to continue.
     stopped: Mutex<Option<u32>>,
+    throttle: Mutex<Option<Throttle>>,
     /// The management server, when the rules come over xDS.
     xds: Option<Xds>,
 }
@@ -167,12 +169,14 @@ impl Fleet {
             args,
             flood: Mutex::new(Vec::new()),
             stopped: Mutex::new(None),
+            throttle: Mutex::new(None),
             xds,
         }
     }
 
     /// Stops the store (its master, on Sentinel) or continues the one
-    /// stopped, whichever the Sentinel names master by then.
+    /// stopped, whichever the Sentinel names master by then; on Sentinel
+    /// the fault lasts until the failover the stop set off has settled.
     pub fn signal_store(&self, sig: &str) {
         let mut stopped = self.stopped.lock().expect("stopped");
         if sig == "STOP" {
@@ -181,7 +185,20 @@ impl Fleet {
             send_signal(pid, sig);
         } else if let Some(pid) = stopped.take() {
             send_signal(pid, sig);
+            self.store.lock().expect("store").settle();
         }
+    }
+
+    /// Throttles the store (its master) as a CPU quota throttles a pod,
+    /// stopped 60 ms of every 90, or ends it. A store that answers late is
+    /// slow, not down: its late calls are shed, the breaker is never told,
+    /// and the count stays exact.
+    pub fn throttle_store(&self, on: bool) {
+        let pid = on.then(|| self.store.lock().expect("store").pid());
+        let (run, stopped) = (Duration::from_millis(30), Duration::from_millis(60));
+        let mut throttle = self.throttle.lock().expect("throttle");
+        *throttle = None;
+        *throttle = pid.map(|pid| Throttle::start(pid, run, stopped));
     }
 
     /// Takes the xDS server away, or brings it back.

@@ -63,6 +63,16 @@ pub struct Degraded {
     pub end: u64,
 }
 
+/// A trip of an instance's breaker (`sluice_store_circuit_trips_total`
+/// went up) between two readings of its `/metrics`, at `after` and `by`:
+/// a trip too short for `/readyz` to be seen `degraded` still counts.
+#[derive(Debug, Clone)]
+pub struct Trip {
+    pub instance: usize,
+    pub after: u64,
+    pub by: u64,
+}
+
 /// A limit change made by a reload at `at`.
 #[derive(Debug, Clone)]
 pub struct LimitChange {
@@ -102,6 +112,7 @@ pub struct History {
     pub ops: Vec<Op>,
     pub faults: Vec<Fault>,
     pub degraded: Vec<Degraded>,
+    pub trips: Vec<Trip>,
     pub changes: Vec<LimitChange>,
     pub resets: Vec<Reset>,
     /// On Cluster, the slots the nemesis moved between masters.
@@ -125,6 +136,10 @@ impl History {
         }
         for d in &self.degraded {
             let line = json!({"degraded": d.instance, "start": d.start, "end": d.end});
+            out.push_str(&format!("{line}\n"));
+        }
+        for t in &self.trips {
+            let line = json!({"trip": t.instance, "after": t.after, "by": t.by});
             out.push_str(&format!("{line}\n"));
         }
         for c in &self.changes {

@@ -33,6 +33,7 @@ impl Rng {
 pub enum Kind {
     StoreStop,
     StoreKill,
+    StoreThrottle,
     InstanceStop,
     InstanceKill,
     Partition,
@@ -47,9 +48,10 @@ pub enum Kind {
     XdsGone,
 }
 
-pub const KINDS: [Kind; 14] = [
+pub const KINDS: [Kind; 15] = [
     Kind::StoreStop,
     Kind::StoreKill,
+    Kind::StoreThrottle,
     Kind::InstanceStop,
     Kind::InstanceKill,
     Kind::Partition,
@@ -90,6 +92,7 @@ impl Kind {
         match self {
             Kind::StoreStop => "store SIGSTOP",
             Kind::StoreKill => "store SIGKILL, restarted empty",
+            Kind::StoreThrottle => "store throttled (stopped 60 ms of every 90)",
             Kind::InstanceStop => "instance SIGSTOP",
             Kind::InstanceKill => "instance SIGKILL, restarted",
             Kind::Partition => "partition instance-store",
@@ -203,6 +206,7 @@ fn apply(fleet: &Fleet, p: &Planned, on: bool, history: &Shared) {
         (Kind::StoreStop, false) => fleet.signal_store("CONT"),
         (Kind::StoreKill, true) => fleet.kill_store(),
         (Kind::StoreKill, false) => fleet.restart_store(),
+        (Kind::StoreThrottle, on) => fleet.throttle_store(on),
         (Kind::InstanceStop, true) => fleet.signal_instance(i, "STOP"),
         (Kind::InstanceStop, false) => fleet.signal_instance(i, "CONT"),
         (Kind::InstanceKill, true) => fleet.kill_instance(i),

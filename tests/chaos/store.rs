@@ -197,7 +197,15 @@ impl Store {
         if self.pid() > 0 {
             send_signal(self.pid(), sig);
         }
-        if let (Store::Sentinel(s), "CONT") = (self, sig) {
+        if sig == "CONT" {
+            self.settle();
+        }
+    }
+
+    /// On Sentinel, waits until one server is master again and the
+    /// instances have had time to follow (see `Sentinel::settle`).
+    pub fn settle(&self) {
+        if let Store::Sentinel(s) = self {
             s.settle();
         }
     }

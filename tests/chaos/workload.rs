@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use tonic::transport::{Channel, Endpoint};
 
 use super::fleet::{CONCURRENCY, Fleet, REFUNDABLE, RULES};
-use super::history::{Answer, Degraded, Op, RefRead, Reset, Shared, now_ms};
+use super::history::{Answer, Degraded, Op, RefRead, Reset, Shared, Trip, now_ms};
 use super::nemesis::Rng;
 
 /// Clients at once, and the pause between one's requests.
@@ -169,6 +169,22 @@ fn admin_call(
     Some((status, out))
 }
 
+/// `sluice_store_circuit_trips_total` of an instance that may be stopped
+/// or gone (`None` then; 0 for a store without a breaker).
+fn circuit_trips(admin: std::net::SocketAddr) -> Option<u64> {
+    let (status, body) = admin_call(admin, "GET", "/metrics", "")?;
+    if status != 200 {
+        return None;
+    }
+    let line = body
+        .lines()
+        .find(|l| l.starts_with("sluice_store_circuit_trips_total "));
+    Some(
+        line.and_then(|l| l.split(' ').nth(1)?.parse().ok())
+            .unwrap_or(0),
+    )
+}
+
 /// `/readyz` of an instance that may be stopped or gone: `None` then.
 fn readyz(admin: std::net::SocketAddr) -> Option<String> {
     admin_call(admin, "GET", "/readyz", "").map(|(_, body)| body)
@@ -219,13 +235,32 @@ pub fn operate(fleet: &Fleet, history: &Shared, seed: u64, until_ms: u64) {
     }
 }
 
-/// Reads each instance's `/readyz` every 100 ms until `until_ms`, and
-/// records the spans in which one said `degraded`.
+/// Reads each instance's `/readyz` and breaker trips every 100 ms until
+/// `until_ms`, and records the spans in which one said `degraded` and
+/// each trip.
 pub fn observe(fleet: &Fleet, history: &Shared, until_ms: u64) {
     let mut open: Vec<Option<u64>> = vec![None; fleet.instances.len()];
+    // Each instance's last reading of its trips: (when, how many).
+    let mut trips: Vec<Option<(u64, u64)>> = vec![None; fleet.instances.len()];
     while now_ms() < until_ms {
         for (i, admin) in fleet.admins().into_iter().enumerate() {
             let Some(admin) = admin else { continue };
+            if let Some(count) = circuit_trips(admin) {
+                let now = now_ms();
+                // Fewer than before: the instance restarted, and each trip
+                // since is new.
+                let new =
+                    trips[i].map_or(0, |(_, was)| if count < was { count } else { count - was });
+                if let (Some((after, _)), true) = (trips[i], new > 0) {
+                    let trip = Trip {
+                        instance: i,
+                        after,
+                        by: now,
+                    };
+                    history.lock().expect("history").trips.push(trip);
+                }
+                trips[i] = Some((now, count));
+            }
             let body = readyz(admin).unwrap_or_default();
             let degraded = body.contains("\"degraded\"");
             let now = now_ms();

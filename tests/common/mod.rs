@@ -26,6 +26,7 @@ pub mod memcache;
 pub mod quota;
 pub mod redis;
 pub mod stack;
+pub mod throttle;
 
 pub const OK: i32 = 1;
 pub const OVER: i32 = 2;

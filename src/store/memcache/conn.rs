@@ -3,12 +3,14 @@
 //! whole or the connection retired, and the pool's connection manager.
 
 use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufStream};
 use tokio::net::TcpStream;
 
 use super::unavailable;
+use crate::store::calls::Calls;
 use crate::store::{Increment, StoreError};
 
 /// Bytes of a reply line we read at most; memcached's are far shorter.
@@ -22,6 +24,17 @@ const MAX_LINE: u64 = 512;
 pub(super) struct Conn {
     io: BufStream<TcpStream>,
     pending: bool,
+    calls: Arc<Calls>,
+    /// The stamp of the call sent and not yet answered (0: none).
+    sent: u64,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if self.sent != 0 {
+            self.calls.abandoned(self.sent);
+        }
+    }
 }
 
 /// What `gets` found.
@@ -35,6 +48,9 @@ impl Conn {
     /// clears `pending` once it has read the rest.
     pub(super) async fn send(&mut self, cmd: &str) -> Result<String, StoreError> {
         self.pending = true;
+        if self.sent == 0 {
+            self.sent = self.calls.sent();
+        }
         self.io
             .write_all(cmd.as_bytes())
             .await
@@ -52,6 +68,10 @@ impl Conn {
             .map_err(unavailable)?;
         if n == 0 {
             return Err(unavailable("memcached closed the connection"));
+        }
+        if self.sent != 0 {
+            self.sent = 0;
+            self.calls.answered();
         }
         if !line.ends_with("\r\n") {
             return Err(StoreError::BadReply(format!("reply line {line:.40}")));
@@ -189,6 +209,7 @@ impl Conn {
 pub(super) struct Manager {
     pub(super) addr: String,
     pub(super) timeout: Duration,
+    pub(super) calls: Arc<Calls>,
 }
 
 impl bb8::ManageConnection for Manager {
@@ -203,6 +224,8 @@ impl bb8::ManageConnection for Manager {
         Ok(Conn {
             io: BufStream::new(stream),
             pending: false,
+            calls: self.calls.clone(),
+            sent: 0,
         })
     }
 

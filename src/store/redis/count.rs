@@ -72,23 +72,28 @@ impl RedisStore {
             Live::Single(batcher, _) => batcher.increment(ops).await,
             Live::Cluster(conn) => {
                 // One script per slot (a sliding window's two keys share one).
-                let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
-                for (i, op) in ops.iter().enumerate() {
+                let mut groups: Vec<(Slot, Vec<usize>, Vec<Op>)> = Vec::new();
+                for (i, op) in ops.into_iter().enumerate() {
                     let slot = Slot::for_key(op.keys.first().map_or("", String::as_str));
-                    match groups.iter_mut().find(|(s, _)| *s == slot) {
-                        Some((_, idx)) => idx.push(i),
-                        None => groups.push((slot, vec![i])),
+                    match groups.iter_mut().find(|(s, _, _)| *s == slot) {
+                        Some((_, idx, mine)) => {
+                            idx.push(i);
+                            mine.push(op);
+                        }
+                        None => groups.push((slot, vec![i], vec![op])),
                     }
                 }
-                let results = try_join_all(groups.iter().map(|(_, idx)| {
-                    let mut conn = conn.clone();
-                    let ops = &ops;
-                    async move { self.run(&mut conn, ops, idx).await }
-                }))
-                .await?;
+                let calls = groups.iter_mut().map(|(_, _, mine)| {
+                    let task = self.cluster_call(conn.clone(), std::mem::take(mine));
+                    async move {
+                        task.await
+                            .map_err(|e| StoreError::Unavailable(format!("cluster call: {e}")))?
+                    }
+                });
+                let results = try_join_all(calls).await?;
                 let mut answers =
                     vec![Answer::Counted(Tally::Decided(Decision::Refuse)); batch.len()];
-                for ((_, idx), group) in groups.iter().zip(results) {
+                for ((_, idx, _), group) in groups.iter().zip(results) {
                     for (i, answer) in idx.iter().zip(group) {
                         if let Some(a) = answers.get_mut(*i) {
                             *a = answer;
@@ -100,19 +105,26 @@ impl RedisStore {
         }
     }
 
-    async fn run(
+    /// One slot's script call on a task of its own, so its reply is read
+    /// and recorded ([`Calls`](crate::store::calls::Calls)) even when the
+    /// request that asked has given up on it: a Cluster that answers late
+    /// is heard answering.
+    fn cluster_call(
         &self,
-        conn: &mut impl redis::aio::ConnectionLike,
-        ops: &[Op],
-        idx: &[usize],
-    ) -> Result<Vec<Answer>, StoreError> {
-        let mut inv = self.script.prepare_invoke();
-        let mine: Vec<&Op> = idx.iter().filter_map(|&i| ops.get(i)).collect();
-        for op in &mine {
-            op.add_to(&mut inv);
-        }
-        let raw: Vec<i64> = inv.invoke_async(conn).await.map_err(|e| classify(&e))?;
-        decode(mine.iter().map(|o| o.kind()), &raw)
+        mut conn: redis::cluster_async::ClusterConnection,
+        ops: Vec<Op>,
+    ) -> tokio::task::JoinHandle<Result<Vec<Answer>, StoreError>> {
+        let (script, calls) = (self.script.clone(), self.cluster_calls.clone());
+        tokio::spawn(async move {
+            let call = calls.call();
+            let mut inv = script.prepare_invoke();
+            for op in &ops {
+                op.add_to(&mut inv);
+            }
+            let raw: Result<Vec<i64>, _> = inv.invoke_async(&mut conn).await;
+            call.answered();
+            decode(ops.iter().map(Op::kind), &raw.map_err(|e| classify(&e))?)
+        })
     }
 
     /// The Redis keys of one increment: its window's, and for a sliding

@@ -27,6 +27,13 @@ pub trait Primary: Send + Sync + 'static {
         None
     }
 
+    /// Whether the store answered some call in the last `within`, a reply
+    /// to a request that had given up on it too: a store heard answering
+    /// is not silent, however late its answers. `false` when it cannot tell.
+    fn answered_within(&self, _within: Duration) -> bool {
+        false
+    }
+
     /// Empties the counters of `batch` (their every key: both windows, a
     /// bucket, a concurrency set): an operator's reset.
     fn reset<'a>(&'a self, _batch: &'a [&'a Increment]) -> BoxFuture<'a, Result<(), StoreError>> {

@@ -1,0 +1,100 @@
+//! **The breaker trips only on a store at fault** ("a Redis that answers,
+//! late (starved of CPU by a flood on its host), is slow, not down: ... the
+//! breaker never trips on it", Stores and failure): an instance says
+//! `degraded` only when its store was out of its reach, a fault of the
+//! store, of that instance's own link to it, or of the instance itself
+//! (stopped, or killed and started again). A CPU or request flood, a
+//! reload, a clock step, a slot migration or the xDS server gone, with the
+//! store healthy, never hands a request to the failure policy.
+//!
+//! Checked per instance, once for each fault span the store was healthy in
+//! and once for each quiet span between faults: a `degraded` span that
+//! began inside it, and near no fault that excuses it, is a violation.
+//! (The other checks excuse a window an instance was `degraded` near, so
+//! without this one a breaker tripped by a flood would loosen counts
+//! unseen.)
+
+use super::checker::{Report, overlaps};
+use super::history::{Fault, History};
+
+pub const BREAKER: &str = "breaker trips only on a store at fault";
+
+/// How long after a fault that excuses it a `degraded` span may begin: the
+/// observer reads `/readyz` every 100 ms, and a restarted instance dials
+/// its store after it listens.
+const FOLLOW_MS: u64 = 1_000;
+
+pub fn check(h: &History, instances: usize, r: &mut Report) {
+    let mut faults: Vec<&Fault> = h.faults.iter().collect();
+    faults.sort_by_key(|f| f.start);
+    for i in 0..instances {
+        let tripped: Vec<(u64, u64, &str)> = evidence(h, i)
+            .into_iter()
+            .filter(|e| !excused(h, i, (e.0, e.1)))
+            .collect();
+        for (kind, span) in units(h, &faults, i) {
+            let found: Vec<_> = tripped
+                .iter()
+                .filter(|e| overlaps((e.0, e.1), span))
+                .collect();
+            let t = r.table.entry((kind.clone(), BREAKER)).or_default();
+            t.checked += 1;
+            t.violations += u64::from(!found.is_empty());
+            for (from, to, what) in found {
+                r.violations.push(format!(
+                    "seed {}: instance {i} {what} between {from} and {to} with its store healthy; faults then: {kind}",
+                    h.seed
+                ));
+            }
+        }
+    }
+}
+
+/// When instance `i` may have handed requests to the failure policy: the
+/// start of each `degraded` span, and the readings each trip came between.
+fn evidence(h: &History, i: usize) -> Vec<(u64, u64, &'static str)> {
+    let degraded = h.degraded.iter().filter(|d| d.instance == i);
+    let trips = h.trips.iter().filter(|t| t.instance == i);
+    degraded
+        .map(|d| (d.start, d.start + 1, "said degraded"))
+        .chain(trips.map(|t| (t.after, t.by, "tripped its breaker")))
+        .collect()
+}
+
+/// Whether a fault that puts the store out of instance `i`'s reach, or
+/// stops or restarts it, came near `span`.
+fn excused(h: &History, i: usize, span: (u64, u64)) -> bool {
+    h.faults
+        .iter()
+        .any(|f| out_of_reach(f, i) && overlaps((f.start, f.end + FOLLOW_MS), span))
+}
+
+/// Whether `f` puts the store out of instance `i`'s reach (a fault of the
+/// store, or of that instance's link), or stops or restarts the instance.
+fn out_of_reach(f: &Fault, i: usize) -> bool {
+    let reaches = f.target.is_none_or(|t| t == i);
+    let own = f.target == Some(i) && f.kind.starts_with("instance S");
+    f.store && reaches || own
+}
+
+/// The spans instance `i` is checked over: each fault that leaves its
+/// store in reach and the instance running, by its kind, and each quiet
+/// span between faults as "none".
+fn units(h: &History, faults: &[&Fault], i: usize) -> Vec<(String, (u64, u64))> {
+    let mut out = Vec::new();
+    let mut quiet_from = h.ops.iter().map(|o| o.sent).min().unwrap_or(0);
+    for f in faults {
+        if f.start > quiet_from {
+            out.push(("none".to_owned(), (quiet_from, f.start)));
+        }
+        quiet_from = quiet_from.max(f.end + FOLLOW_MS);
+        if !out_of_reach(f, i) {
+            out.push((f.kind.clone(), (f.start, f.end + FOLLOW_MS)));
+        }
+    }
+    let end = h.ops.iter().map(|o| o.answered).max().unwrap_or(0);
+    if end > quiet_from {
+        out.push(("none".to_owned(), (quiet_from, end)));
+    }
+    out
+}
