@@ -11,6 +11,8 @@ WORKDIR /src
 # only sluice. The stubs stand in for the crate while its dependencies build.
 COPY Cargo.toml Cargo.lock ./
 COPY benches benches
+# The workspace's own crates (small, and below everything else).
+COPY crates crates
 RUN mkdir -p src examples && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
     && echo 'fn main() {}' > examples/noop_rls.rs
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

@@ -12,8 +12,8 @@ build:
 	$(CARGO) build --release
 
 lint:
-	$(CARGO) fmt --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ENVOY := .tools/envoy-pkg/envoy/_bin/envoy
 
@@ -70,7 +70,7 @@ docs: $(MDBOOK)
 	$(CARGO) install --quiet --locked --root .tools/mdbook --version $(MDBOOK_VERSION) --no-default-features --features search mdbook
 
 test: lint deps docs
-	$(CARGO) test --lib --bins --tests -- --test-threads=$(TEST_THREADS)
+	$(CARGO) test --workspace --lib --bins --tests -- --test-threads=$(TEST_THREADS)
 
 # sluice against a no-op service on this machine (memory and Redis, h2load and
 # sluice bench), then criterion micro-benchmarks of matching and decisions.

@@ -49,7 +49,8 @@ pub mod fuzzing;
 pub(crate) mod health_probe;
 pub(crate) mod hex;
 pub(crate) mod key;
-pub mod limiter;
+/// Pure decisions, from the core crate (`crates/core`).
+pub use sluice_core::limiter;
 pub(crate) mod loadgen;
 pub mod metrics;
 pub mod privacy;

@@ -321,7 +321,7 @@ fn the_reference_lists_every_metric_and_no_other() {
     assert!(stale.is_empty(), "metrics sluice does not have: {stale:?}");
 }
 
-/// Every Rust source of the crate, concatenated.
+/// Every Rust source of the workspace's crates, concatenated.
 fn sources() -> String {
     fn walk(dir: &Path, out: &mut String) {
         for e in std::fs::read_dir(dir).expect("src").flatten() {
@@ -335,5 +335,6 @@ fn sources() -> String {
     }
     let mut out = String::new();
     walk(&workspace().join("src"), &mut out);
+    walk(&workspace().join("crates"), &mut out);
     out
 }

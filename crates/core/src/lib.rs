@@ -1,0 +1,21 @@
+//! sluice's core: what a rate limiter decides, with nothing of how it is
+//! asked or where it counts. It depends on `std` alone, so nothing here can
+//! reach a socket, a store, protobuf or metrics: the `sluice` crate builds
+//! on it, and the compiler refuses an import the other way.
+//!
+//! - [`limiter`]: pure decisions (windows, hits, statuses, Retry-After).
+
+#![forbid(unsafe_code)]
+#![deny(rust_2018_idioms)]
+// A request must never panic: no unwrap, expect or unchecked indexing outside tests.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic
+    )
+)]
+
+pub mod limiter;
