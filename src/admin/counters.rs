@@ -42,14 +42,15 @@ fn bearer(h: &HeaderMap) -> Option<&str> {
     clippy::result_large_err,
     reason = "the refusal is the handler's answer, returned at once"
 )]
-fn authorise(
+async fn authorise(
     s: &AdminState,
     h: &HeaderMap,
     peer: Option<Extension<Peer>>,
     what: &str,
 ) -> Result<Caller, Response> {
     let peer = peer.map(|Extension(Peer(p))| p);
-    s.counters.token.authorise(bearer(h), peer).map_err(|why| {
+    let checked = s.counters.token.authorise(bearer(h), peer).await;
+    checked.map_err(|why| {
         s.counters.stats.refused();
         warn!(peer = %peer.map_or_else(|| "unknown".into(), |p| p.ip().to_string()), endpoint = what, reason = %why, "counters request refused");
         (
@@ -75,7 +76,7 @@ pub(super) async fn lookup(
     h: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let caller = match authorise(&s, &h, peer, "/api/counters") {
+    let caller = match authorise(&s, &h, peer, "/api/counters").await {
         Ok(c) => c,
         Err(refused) => return refused,
     };
@@ -100,7 +101,7 @@ pub(super) async fn reset(
     h: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let caller = match authorise(&s, &h, peer, "/api/counters/reset") {
+    let caller = match authorise(&s, &h, peer, "/api/counters/reset").await {
         Ok(c) => c,
         Err(refused) => return refused,
     };
@@ -127,13 +128,13 @@ pub(super) async fn top(
     // console shows anyone: masked keys (in clear from loopback when no
     // token is configured).
     let caller = if bearer(&h).is_some() {
-        match authorise(&s, &h, peer, "/api/counters/top") {
+        match authorise(&s, &h, peer, "/api/counters/top").await {
             Ok(c) => c,
             Err(refused) => return refused,
         }
     } else {
         let peer = peer.map(|Extension(Peer(p))| p);
-        let Ok(caller) = s.counters.token.authorise(None, peer) else {
+        let Ok(caller) = s.counters.token.authorise(None, peer).await else {
             let masked: Vec<Value> = keys
                 .iter()
                 .map(|k| json!({"key": k.key, "over_limit": k.over_limit}))

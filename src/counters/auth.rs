@@ -5,7 +5,7 @@
 //! caller is named by the token's id, the first 8 hex digits of its SHA-256.
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use parking_lot::Mutex;
@@ -56,8 +56,10 @@ impl AdminToken {
         }
     }
 
-    /// The caller, or why it is refused (said in the 401's body).
-    pub(crate) fn authorise(
+    /// The caller, or why it is refused (said in the 401's body). The
+    /// file is looked at on a blocking thread, never on a worker that
+    /// answers requests.
+    pub(crate) async fn authorise(
         &self,
         bearer: Option<&str>,
         peer: Option<SocketAddr>,
@@ -71,7 +73,7 @@ impl AdminToken {
                 ),
             };
         };
-        let token = self.current(path)?;
+        let token = self.current(path).await?;
         let Some(given) = bearer else {
             return Err("missing Authorization: Bearer <token>".into());
         };
@@ -83,31 +85,46 @@ impl AdminToken {
     }
 
     /// The token in the file, read again when the file changed.
-    fn current(&self, path: &PathBuf) -> Result<String, String> {
-        let meta = std::fs::metadata(path)
-            .map_err(|e| format!("--admin-token-file {}: {e}", path.display()))?;
-        let stamp = (
-            meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
-            meta.len(),
-        );
+    async fn current(&self, path: &Path) -> Result<String, String> {
+        let seen = self.read.lock().seen;
+        let file = path.to_path_buf();
+        let fresh = tokio::task::spawn_blocking(move || read_if_changed(&file, seen))
+            .await
+            .map_err(|e| format!("--admin-token-file {}: {e}", path.display()))??;
         let mut read = self.read.lock();
-        if read.seen != Some(stamp) {
-            if meta.len() > MAX_TOKEN_BYTES {
-                return Err(format!(
-                    "--admin-token-file {} is over {MAX_TOKEN_BYTES} bytes",
-                    path.display()
-                ));
-            }
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("--admin-token-file {}: {e}", path.display()))?;
-            let token = text.trim().to_owned();
-            read.token = (!token.is_empty()).then_some(token);
+        if let Some((stamp, token)) = fresh {
             read.seen = Some(stamp);
+            read.token = token;
         }
         read.token
             .clone()
             .ok_or_else(|| format!("--admin-token-file {} is empty", path.display()))
     }
+}
+
+/// The token file's stamp and token when its stamp is not `seen`.
+type Fresh = Option<((SystemTime, u64), Option<String>)>;
+
+fn read_if_changed(path: &Path, seen: Option<(SystemTime, u64)>) -> Result<Fresh, String> {
+    let meta = std::fs::metadata(path)
+        .map_err(|e| format!("--admin-token-file {}: {e}", path.display()))?;
+    let stamp = (
+        meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+        meta.len(),
+    );
+    if seen == Some(stamp) {
+        return Ok(None);
+    }
+    if meta.len() > MAX_TOKEN_BYTES {
+        return Err(format!(
+            "--admin-token-file {} is over {MAX_TOKEN_BYTES} bytes",
+            path.display()
+        ));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("--admin-token-file {}: {e}", path.display()))?;
+    let token = text.trim().to_owned();
+    Ok(Some((stamp, (!token.is_empty()).then_some(token))))
 }
 
 fn loopback(ip: IpAddr) -> bool {
@@ -140,35 +157,58 @@ mod tests {
         Some(SocketAddr::new(ip.parse().unwrap(), 4000))
     }
 
-    #[test]
-    fn without_a_token_loopback_only() {
+    #[tokio::test]
+    async fn without_a_token_loopback_only() {
         let t = AdminToken::new(None);
-        assert_eq!(t.authorise(None, peer("127.0.0.1")), Ok(Caller::Loopback));
-        assert_eq!(t.authorise(None, peer("::1")), Ok(Caller::Loopback));
-        let e = t.authorise(Some("x"), peer("10.0.0.1")).unwrap_err();
+        assert_eq!(
+            t.authorise(None, peer("127.0.0.1")).await,
+            Ok(Caller::Loopback)
+        );
+        assert_eq!(t.authorise(None, peer("::1")).await, Ok(Caller::Loopback));
+        let e = t.authorise(Some("x"), peer("10.0.0.1")).await.unwrap_err();
         assert!(e.contains("loopback peers only"), "{e}");
-        assert!(t.authorise(None, None).is_err(), "no peer known: refused");
+        assert!(
+            t.authorise(None, None).await.is_err(),
+            "no peer known: refused"
+        );
     }
 
-    #[test]
-    fn the_token_is_required_read_again_when_rotated_and_never_empty() {
+    #[tokio::test]
+    async fn the_token_is_required_read_again_when_rotated_and_never_empty() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("token");
         std::fs::write(&path, "first-secret\n").unwrap();
         let t = AdminToken::new(Some(path.clone()));
         let local = peer("127.0.0.1");
-        assert!(t.authorise(None, local).unwrap_err().contains("missing"));
-        assert_eq!(t.authorise(Some("nope"), local), Err("wrong token".into()));
-        let ok = t.authorise(Some("first-secret"), local).unwrap();
+        assert!(
+            t.authorise(None, local)
+                .await
+                .unwrap_err()
+                .contains("missing")
+        );
+        assert_eq!(
+            t.authorise(Some("nope"), local).await,
+            Err("wrong token".into())
+        );
+        let ok = t.authorise(Some("first-secret"), local).await.unwrap();
         assert_eq!(ok, Caller::Token(token_id("first-secret")));
         assert_eq!(ok.id().len(), 8);
         std::fs::write(&path, "second-secret-longer\n").unwrap();
         assert_eq!(
-            t.authorise(Some("first-secret"), local),
+            t.authorise(Some("first-secret"), local).await,
             Err("wrong token".into())
         );
-        assert!(t.authorise(Some("second-secret-longer"), local).is_ok());
+        assert!(
+            t.authorise(Some("second-secret-longer"), local)
+                .await
+                .is_ok()
+        );
         std::fs::write(&path, "\n").unwrap();
-        assert!(t.authorise(Some(""), local).unwrap_err().contains("empty"));
+        assert!(
+            t.authorise(Some(""), local)
+                .await
+                .unwrap_err()
+                .contains("empty")
+        );
     }
 }
