@@ -60,7 +60,8 @@ pub mod reference_env;
 pub(crate) mod reference_metrics;
 mod refusal;
 pub(crate) mod request;
-pub mod rule_stats;
+/// The counters a rule counts into, from the core crate.
+pub use sluice_core::rule_stats;
 pub(crate) mod server;
 pub mod service;
 pub(crate) mod statsd;

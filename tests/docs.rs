@@ -338,3 +338,40 @@ fn sources() -> String {
     walk(&workspace().join("crates"), &mut out);
     out
 }
+
+/// The code map's rooms: every file or folder it names in backticks
+/// (`store/`, `resilient.rs`, `tests/chaos.rs`, `stream/state.rs` inside
+/// its folder's line) is in the tree: some path under `src/`, `crates/` or
+/// `tests/` ends with it.
+#[test]
+fn every_room_the_code_map_names_exists() {
+    let root = workspace();
+    let map = read(&root.join("docs/src/design/code-map.md"));
+    let mut paths = Vec::new();
+    fn walk(dir: &Path, paths: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            paths.push(format!("/{}", p.display()));
+            if p.is_dir() {
+                walk(&p, paths);
+            }
+        }
+    }
+    for dir in ["src", "crates", "tests"] {
+        walk(&root.join(dir), &mut paths);
+    }
+    let mut named = 0;
+    let gone: Vec<&str> = map
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|t| !t.contains(' ') && (t.ends_with(".rs") || t.ends_with('/')))
+        .inspect(|_| named += 1)
+        .filter(|t| {
+            let tail = format!("/{}", t.trim_end_matches('/'));
+            !paths.iter().any(|p| p.ends_with(&tail))
+        })
+        .collect();
+    assert!(named > 40, "only {named} rooms named");
+    assert!(gone.is_empty(), "the code map names rooms that are gone: {gone:?}");
+}

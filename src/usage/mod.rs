@@ -1,161 +1,26 @@
-//! Limits chosen with evidence: for every limit of every rule, how its keys
-//! really use it in each recent window (the distribution of per-key usage,
-//! [`history`]) and what any candidate limit would refuse ([`query`]),
-//! read at `/api/usage`, in `/metrics` and by `sluice advise`.
-//!
-//! The request path adds one or two relaxed atomics per counted limit:
-//! each answer's count says which usage levels its key crossed
-//! ([`levels`]). Only the store's counts are used, so the fleet's figures
-//! are exact: a request answered from the local over-limit cache (an
-//! enforced rule's key past its limit) adds nothing, and demand past an
-//! enforced limit shows only until the cache answers. A rule in shadow mode
-//! is answered from the cache too, but the hits answered there are counted
-//! by the store within a quarter second ([`crate::store::CountedLate`]),
-//! whose answer crosses their levels: its whole demand is counted.
+//! Limits chosen with evidence, as reports: `/api/usage`, `sluice advise`
+//! and a fleet's reports merged ([`fleet`]). What they read (usage levels,
+//! each limit's history, what a limit would refuse) is counted in the core
+//! ([`sluice_core::usage`], re-exported here).
 
 pub(crate) mod fleet;
-pub(crate) mod history;
-pub(crate) mod levels;
-pub(crate) mod query;
 mod report;
 
-pub use history::{Usage, UsageBudget};
 pub(crate) use report::{advice_table, domain_report, limit_report};
+pub use sluice_core::usage::*;
 
 use crate::limiter::Tally;
+use crate::rule_stats::RuleStats;
+use crate::store::{CountedLate, Increment};
 
-/// One decision's usage: the key's usage before and after, and the hits
-/// behind it, as the store answered `tally` for `hits` (a refund lowers
-/// it). A window's usage is its count; a token bucket's, the tokens its key
-/// asked for in the window; a concurrency counter's, the most slots its key
-/// held at once in the window. Each comes from the store, so each level of
-/// each key is crossed once per window across the fleet.
-pub(crate) fn crossing(tally: Tally, hits: u64, refund: bool) -> Option<(u64, u64, u64)> {
-    let after = match tally {
-        Tally::Count(c) | Tally::Moved(c) | Tally::Sliding { current: c, .. } => c,
-        Tally::Bucket {
-            asked: Some(asked), ..
-        } => asked,
-        // A take: the peak rises to the slots now held, if past it. A
-        // release or a look reports no peak, and crosses nothing.
-        Tally::Slots {
-            held,
-            peak: Some(peak),
-        } => return Some((peak, peak.max(held), hits)),
-        _ => return None,
-    };
-    Some(if refund {
-        (after.saturating_add(hits), after, 0)
-    } else {
-        (after.saturating_sub(hits), after, hits)
-    })
-}
-
-/// The Prometheus buckets of the per-key peak (bounded: these 16 and +Inf).
-const EXPORTED: [u64; 16] = [
-    1, 2, 3, 5, 10, 20, 30, 50, 100, 200, 300, 500, 1000, 2000, 5000, 10000,
-];
-
-/// A histogram for the exposition: (upper bound, count in the bucket) not
-/// cumulative, the count and the sum.
-pub(crate) type Exported = (Vec<(f64, u64)>, u64, u64);
-
-/// A limit's completed periods as a running histogram of per-key peaks:
-/// each (key, period) is one observation of its peak, so the counts only
-/// grow (periods are folded in as a scrape finds them complete, while the
-/// last hour is kept). Keys per bucket (not cumulative), keys, hits.
-pub(crate) fn histogram(usage: &Usage, now: u64) -> Option<Exported> {
-    let window = usage.window();
-    let current = now / history::period_of(window);
-    let mut totals = usage.totals.lock();
-    if totals.buckets.is_empty() {
-        totals.buckets = vec![0; EXPORTED.len() + 1];
-    }
-    for p in usage.periods(window, now, history::SLOTS as u64) {
-        let index = p.start / p.seconds;
-        if index >= current || index < totals.folded {
-            continue;
+/// A shadow-mode rule's hits answered from the over-limit cache reach its
+/// usage when the store has counted them.
+impl CountedLate for RuleStats {
+    fn counted_late(&self, inc: &Increment, tally: Tally) {
+        if let Some((before, after, hits)) = crossing(tally, inc.hits, false) {
+            let window = inc.window.period.seconds();
+            self.usage
+                .record(window, inc.at_us / 1_000_000, before, after, hits);
         }
-        // A share below 0 (refunds of another instance's hits) is taken
-        // as none: the exported histogram never goes down.
-        let share = |n: i64| u64::try_from(n).unwrap_or(0);
-        let keys = share(p.keys.first().copied().unwrap_or(0));
-        let mut below = 0;
-        for (i, le) in EXPORTED.iter().enumerate() {
-            let at_most = keys.saturating_sub(share(query::at_least(&p.keys, le + 1)));
-            if let Some(b) = totals.buckets.get_mut(i) {
-                *b += at_most.saturating_sub(below);
-            }
-            below = at_most;
-        }
-        if let Some(inf) = totals.buckets.last_mut() {
-            *inf += keys.saturating_sub(below);
-        }
-        totals.keys += keys;
-        totals.hits += p.hits;
-        totals.folded = index + 1;
-    }
-    if totals.folded == 0 {
-        return None;
-    }
-    #[allow(clippy::cast_precision_loss, reason = "bucket bounds are small")]
-    let bounds = EXPORTED.iter().map(|le| *le as f64).chain([f64::INFINITY]);
-    Some((
-        bounds.zip(totals.buckets.iter().copied()).collect(),
-        totals.keys,
-        totals.hits,
-    ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn buckets_cross_by_tokens_asked_and_slots_by_their_windows_peak() {
-        let bucket = |asked| Tally::Bucket {
-            taken: true,
-            debt_us: 0,
-            asked,
-        };
-        let slots = |held, peak| Tally::Slots { held, peak };
-        assert_eq!(crossing(bucket(Some(3)), 1, false), Some((2, 3, 1)));
-        assert_eq!(crossing(bucket(Some(1)), 2, true), Some((3, 1, 0)));
-        assert_eq!(crossing(bucket(None), 1, false), None, "unknown");
-        // A key that held 2 earlier in the window and holds 1 now: nothing.
-        assert_eq!(crossing(slots(1, Some(2)), 1, false), Some((2, 2, 1)));
-        assert_eq!(crossing(slots(3, Some(2)), 1, false), Some((2, 3, 1)));
-        assert_eq!(crossing(slots(0, None), 1, true), None, "a release");
-    }
-
-    #[test]
-    fn the_exported_histogram_is_the_last_complete_period() {
-        let u = Usage::default();
-        // Keys with peaks 1, 3 and 40 in the minute starting at 960.
-        for (b, a) in [(0, 1), (0, 3), (0, 40)] {
-            u.record(60, 1000, b, a, a - b);
-        }
-        assert!(histogram(&u, 1000).is_none(), "the period is not over");
-        let (buckets, keys, hits) = histogram(&u, 1030).expect("complete");
-        assert_eq!((keys, hits), (3, 44));
-        let count = |le: f64| buckets.iter().find(|(b, _)| *b == le).map(|(_, n)| *n);
-        assert_eq!(
-            (count(1.0), count(3.0), count(50.0)),
-            (Some(1), Some(1), Some(1))
-        );
-        assert_eq!(buckets.iter().map(|(_, n)| n).sum::<u64>(), 3);
-        assert_eq!(buckets.len(), EXPORTED.len() + 1, "bounded");
-    }
-
-    #[test]
-    fn a_million_distinct_keys_leave_the_memory_where_it_was() {
-        let u = Usage::default();
-        u.record(60, 1000, 0, 1, 1);
-        let before = u.footprint();
-        for _ in 0..1_000_000 {
-            u.record(60, 1000, 0, 1, 1);
-        }
-        assert_eq!(u.footprint(), before);
-        assert_eq!(u.periods(60, 1000, 60)[0].keys[0], 1_000_001);
     }
 }

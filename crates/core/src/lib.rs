@@ -4,6 +4,8 @@
 //! on it, and the compiler refuses an import the other way.
 //!
 //! - [`limiter`]: pure decisions (windows, hits, statuses, Retry-After).
+//! - [`rule_stats`]: the counters a rule counts into, and [`usage`]: how
+//!   keys use each limit (levels, history, what a limit would refuse).
 
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
@@ -19,3 +21,5 @@
 )]
 
 pub mod limiter;
+pub mod rule_stats;
+pub mod usage;

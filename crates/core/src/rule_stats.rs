@@ -27,18 +27,18 @@ pub struct RuleStats {
 
 impl RuleStats {
     /// Counters whose usage history joins `budget` (`--max-usage-rules`).
-    pub(crate) fn within(budget: Arc<crate::usage::UsageBudget>) -> RuleStats {
+    pub fn within(budget: Arc<crate::usage::UsageBudget>) -> RuleStats {
         RuleStats {
             usage: crate::usage::Usage::within(budget),
             ..RuleStats::default()
         }
     }
 
-    pub(crate) fn mark_detailed(&self) {
+    pub fn mark_detailed(&self) {
         self.detailed.store(true, Relaxed);
     }
 
-    pub(crate) fn is_detailed(&self) -> bool {
+    pub fn is_detailed(&self) -> bool {
         self.detailed.load(Relaxed)
     }
 
@@ -54,18 +54,6 @@ impl RuleStats {
             if n > 0 {
                 counter.fetch_add(n, Relaxed);
             }
-        }
-    }
-}
-
-/// A shadow-mode rule's hits answered from the over-limit cache reach its
-/// usage when the store has counted them.
-impl crate::store::CountedLate for RuleStats {
-    fn counted_late(&self, inc: &crate::store::Increment, tally: crate::limiter::Tally) {
-        if let Some((before, after, hits)) = crate::usage::crossing(tally, inc.hits, false) {
-            let window = inc.window.period.seconds();
-            self.usage
-                .record(window, inc.at_us / 1_000_000, before, after, hits);
         }
     }
 }

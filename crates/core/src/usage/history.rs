@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use super::levels;
 
 /// Periods kept.
-pub(crate) const SLOTS: usize = 64;
+pub const SLOTS: usize = 64;
 /// The shortest period: shorter windows merge into a minute.
 const MIN_PERIOD: u64 = 60;
 
@@ -43,12 +43,12 @@ impl Slot {
 /// One period as read: its start (Unix seconds), its length, keys per
 /// level, and hits.
 #[derive(Debug, Clone)]
-pub(crate) struct Period {
-    pub(crate) start: u64,
-    pub(crate) seconds: u64,
+pub struct Period {
+    pub start: u64,
+    pub seconds: u64,
     /// Keys per level: this instance's share of the fleet's (signed).
-    pub(crate) keys: Vec<i64>,
-    pub(crate) hits: u64,
+    pub keys: Vec<i64>,
+    pub hits: u64,
 }
 
 /// A limit's recent usage.
@@ -59,7 +59,7 @@ pub struct Usage {
     window: AtomicU64,
     /// Completed periods folded into running totals (the exposition's
     /// histogram); only a scrape takes this lock.
-    pub(crate) totals: parking_lot::Mutex<Totals>,
+    pub totals: parking_lot::Mutex<Totals>,
     /// The fleet of histories this one may join (`--max-usage-rules`): a
     /// history costs about 100 KiB, so a million per-customer rules must
     /// not each grow one. None: unbounded (a rule table of its own).
@@ -72,7 +72,7 @@ pub struct Usage {
 pub struct UsageBudget {
     max: usize,
     used: AtomicUsize,
-    pub(crate) refused: AtomicU64,
+    pub refused: AtomicU64,
 }
 
 impl UsageBudget {
@@ -85,7 +85,7 @@ impl UsageBudget {
     }
 
     /// Histories kept now.
-    pub(crate) fn used(&self) -> usize {
+    pub fn used(&self) -> usize {
         self.used.load(Relaxed)
     }
 
@@ -112,15 +112,15 @@ impl Drop for Usage {
 /// Running totals of completed periods: keys per exported bucket (not
 /// cumulative), keys, hits, and the last period folded (index plus one).
 #[derive(Debug, Default)]
-pub(crate) struct Totals {
-    pub(crate) buckets: Vec<u64>,
-    pub(crate) keys: u64,
-    pub(crate) hits: u64,
-    pub(crate) folded: u64,
+pub struct Totals {
+    pub buckets: Vec<u64>,
+    pub keys: u64,
+    pub hits: u64,
+    pub folded: u64,
 }
 
 /// The period a window of `window_s` seconds is counted in.
-pub(crate) fn period_of(window_s: u64) -> u64 {
+pub fn period_of(window_s: u64) -> u64 {
     window_s.max(MIN_PERIOD)
 }
 
@@ -137,7 +137,7 @@ impl Usage {
 
     /// A counter of a window of `window_s` went from `before` to `after`
     /// at Unix second `now`, for `hits` (0 for a refund, which lowers it).
-    pub(crate) fn record(&self, window_s: u64, now: u64, before: u64, after: u64, hits: u64) {
+    pub fn record(&self, window_s: u64, now: u64, before: u64, after: u64, hits: u64) {
         let (from, to) = (levels::index(before), levels::index(after));
         if from == to && hits == 0 {
             return;
@@ -197,13 +197,13 @@ impl Usage {
     }
 
     /// The window of the last record (0 before any).
-    pub(crate) fn window(&self) -> u64 {
+    pub fn window(&self) -> u64 {
         self.window.load(Relaxed)
     }
 
     /// The periods within the last `periods` of `window_s`'s period, as of
     /// `now`, oldest first (the current one last, still filling).
-    pub(crate) fn periods(&self, window_s: u64, now: u64, periods: u64) -> Vec<Period> {
+    pub fn periods(&self, window_s: u64, now: u64, periods: u64) -> Vec<Period> {
         let Some(slots) = self.slots.get() else {
             return Vec::new();
         };
@@ -227,7 +227,7 @@ impl Usage {
 
     /// Bytes this limit holds now.
     #[cfg(test)]
-    pub(crate) fn footprint(&self) -> usize {
+    pub fn footprint(&self) -> usize {
         self.slots
             .get()
             .map_or(0, |s| s.len() * (levels::len() * 4 + 16))

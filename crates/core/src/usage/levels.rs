@@ -9,14 +9,14 @@
 use std::sync::LazyLock;
 
 /// Counts below this are levels of their own.
-pub(crate) const EXACT: u64 = 32;
+pub const EXACT: u64 = 32;
 /// The ladder's step above [`EXACT`]: at most 5% apart.
 const STEP: f64 = 1.05;
 /// The highest level.
 const TOP: u64 = 1 << 32;
 
 /// The levels, ascending: 1, 2, ..., 32, 34, 36, ... up to 2^32.
-pub(crate) static LEVELS: LazyLock<Box<[u64]>> = LazyLock::new(|| {
+pub static LEVELS: LazyLock<Box<[u64]>> = LazyLock::new(|| {
     let mut out: Vec<u64> = (1..=EXACT).collect();
     let mut at = EXACT;
     while at < TOP {
@@ -37,7 +37,7 @@ pub(crate) static LEVELS: LazyLock<Box<[u64]>> = LazyLock::new(|| {
 
 /// How many levels `count` has reached (0 for 0): the levels crossed by
 /// going from `a` to `b` are `index(a)..index(b)`.
-pub(crate) fn index(count: u64) -> usize {
+pub fn index(count: u64) -> usize {
     if count <= EXACT {
         // At most 32: the cast cannot truncate.
         return usize::try_from(count).unwrap_or(0);
@@ -46,11 +46,11 @@ pub(crate) fn index(count: u64) -> usize {
 }
 
 /// The level at `i` (the `i`-th crossed is `LEVELS[i]`), or past the top.
-pub(crate) fn level(i: usize) -> u64 {
+pub fn level(i: usize) -> u64 {
     LEVELS.get(i).copied().unwrap_or(u64::MAX)
 }
 
-pub(crate) fn len() -> usize {
+pub fn len() -> usize {
     LEVELS.len()
 }
 

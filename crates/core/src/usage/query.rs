@@ -13,13 +13,13 @@ use super::history::Period;
 use super::levels;
 
 /// Keys that reached at least `c` (c of 0: every key).
-pub(crate) fn at_least(keys: &[i64], c: u64) -> i64 {
+pub fn at_least(keys: &[i64], c: u64) -> i64 {
     let i = levels::index(c.max(1));
     keys.get(i.saturating_sub(1)).copied().unwrap_or(0)
 }
 
 /// Keys a limit of `limit` refused at least once.
-pub(crate) fn keys_refused(keys: &[i64], limit: u64) -> i64 {
+pub fn keys_refused(keys: &[i64], limit: u64) -> i64 {
     at_least(keys, limit.saturating_add(1))
 }
 
@@ -30,7 +30,7 @@ pub(crate) fn keys_refused(keys: &[i64], limit: u64) -> i64 {
 /// the mean over the span of what lies past it), so the estimate is
 /// unbiased and each key's error at most half a step (2.5% of its usage).
 /// Exact below [`levels::EXACT`], where every count is a level.
-pub(crate) fn requests_refused(keys: &[i64], limit: u64) -> i64 {
+pub fn requests_refused(keys: &[i64], limit: u64) -> i64 {
     let from = levels::index(limit.saturating_add(1)).saturating_sub(1);
     let mut total = 0.0f64;
     // One instance's levels need not fall monotonically (another instance
@@ -67,7 +67,7 @@ fn expected_past(lo: u64, hi: u64, limit: u64) -> f64 {
 }
 
 /// The periods pooled: each (key, period) is one sample.
-pub(crate) fn pooled(periods: &[Period]) -> Vec<i64> {
+pub fn pooled(periods: &[Period]) -> Vec<i64> {
     let mut out = vec![0i64; levels::len()];
     for p in periods {
         for (o, k) in out.iter_mut().zip(&p.keys) {
@@ -79,7 +79,7 @@ pub(crate) fn pooled(periods: &[Period]) -> Vec<i64> {
 
 /// The `q` quantile of the per-key peak (the smallest level that at most
 /// a `1 - q` share of keys went past), or 0 with no keys.
-pub(crate) fn quantile(keys: &[i64], q: f64) -> u64 {
+pub fn quantile(keys: &[i64], q: f64) -> u64 {
     let share = |n: i64| f64::from(u32::try_from(n.max(0)).unwrap_or(u32::MAX));
     let total = keys.first().copied().map_or(0.0, share);
     if total == 0.0 {
@@ -96,7 +96,7 @@ pub(crate) fn quantile(keys: &[i64], q: f64) -> u64 {
 }
 
 /// The highest level any key reached.
-pub(crate) fn max(keys: &[i64]) -> u64 {
+pub fn max(keys: &[i64]) -> u64 {
     keys.iter().rposition(|&n| n > 0).map_or(0, levels::level)
 }
 
