@@ -31,6 +31,29 @@ impl From<Refusal> for Status {
     }
 }
 
+/// A request tonic refused before any handler ran, answered as what it is:
+/// a malformed request, INVALID_ARGUMENT. tonic says OUT_OF_RANGE for a
+/// message over the size limit and INTERNAL "failed to decode" for one that
+/// does not decode; a trailers-only answer carries the status in the
+/// headers. `true` when `headers` were such an answer, now rewritten.
+pub(crate) fn tonic_refusal_as_invalid(headers: &mut tonic::codegen::http::HeaderMap) -> bool {
+    let Some(status) = headers.get("grpc-status") else {
+        return false;
+    };
+    let refused = match tonic::Code::from_bytes(status.as_bytes()) {
+        tonic::Code::OutOfRange => true,
+        tonic::Code::Internal => headers
+            .get("grpc-message")
+            .is_some_and(|m| m.as_bytes().starts_with(b"failed%20to%20decode")),
+        _ => false,
+    };
+    if refused {
+        let invalid = tonic::Code::InvalidArgument as i32;
+        headers.insert("grpc-status", invalid.into());
+    }
+    refused
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,5 +84,22 @@ mod tests {
             let s = Status::from(r);
             assert_eq!((s.code(), s.message()), (code, words.as_str()));
         }
+    }
+
+    #[test]
+    fn what_tonic_refuses_before_a_handler_is_invalid_argument() {
+        let answer = |status: &'static str, message: &'static str| {
+            let mut h = tonic::codegen::http::HeaderMap::new();
+            h.insert("grpc-status", status.parse().unwrap());
+            h.insert("grpc-message", message.parse().unwrap());
+            let rewritten = tonic_refusal_as_invalid(&mut h);
+            (rewritten, h["grpc-status"].to_str().unwrap().to_owned())
+        };
+        assert_eq!(answer("11", "too%20big"), (true, "3".into()));
+        assert_eq!(answer("13", "failed%20to%20decode"), (true, "3".into()));
+        assert_eq!(answer("13", "other"), (false, "13".into()));
+        assert_eq!(answer("14", "down"), (false, "14".into()));
+        let mut none = tonic::codegen::http::HeaderMap::new();
+        assert!(!tonic_refusal_as_invalid(&mut none));
     }
 }

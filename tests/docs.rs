@@ -373,5 +373,8 @@ fn every_room_the_code_map_names_exists() {
         })
         .collect();
     assert!(named > 40, "only {named} rooms named");
-    assert!(gone.is_empty(), "the code map names rooms that are gone: {gone:?}");
+    assert!(
+        gone.is_empty(),
+        "the code map names rooms that are gone: {gone:?}"
+    );
 }

@@ -89,18 +89,6 @@ impl<F> Drop for Rewrite<F> {
     }
 }
 
-/// Whether tonic refused the request before the handler ran: a message over
-/// the size limit, or one that does not decode.
-fn refused_by_tonic(headers: &tonic::codegen::http::HeaderMap) -> bool {
-    match headers.get("grpc-status").map(|v| v.as_bytes()) {
-        Some(b"11") => true,
-        Some(b"13") => headers
-            .get("grpc-message")
-            .is_some_and(|m| m.as_bytes().starts_with(b"failed%20to%20decode")),
-        _ => false,
-    }
-}
-
 impl<F, R, E> Future for Rewrite<F>
 where
     F: Future<Output = Result<tonic::codegen::http::Response<R>, E>> + Unpin,
@@ -117,12 +105,7 @@ where
             this.answered = true;
         }
         polled.map_ok(|mut resp| {
-            // Trailers-only answers carry the status in the headers.
-            if refused_by_tonic(resp.headers()) {
-                resp.headers_mut().insert(
-                    "grpc-status",
-                    tonic::codegen::http::HeaderValue::from_static("3"),
-                );
+            if crate::refusal::tonic_refusal_as_invalid(resp.headers_mut()) {
                 this.metrics
                     .request(Outcome::Invalid, this.started.elapsed());
             }
