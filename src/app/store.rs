@@ -39,6 +39,7 @@ pub(crate) fn build(args: &StoreArgs, metrics: &Arc<Metrics>) -> Result<Arc<dyn 
     let redis = RedisStore::new(RedisConfig {
         target,
         pool_size: args.redis_pool_size,
+        cluster_max_in_flight: usize::try_from(args.redis_cluster_max_in_flight).unwrap_or(256),
         prefix: args.cache_key_prefix.clone(),
         key_format: args.key_format,
         connect_timeout: Duration::from_secs(1),

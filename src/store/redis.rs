@@ -27,6 +27,8 @@ use target::seeds;
 pub use target::{RedisTarget, mask};
 
 use super::batch::Batcher;
+use tokio::sync::Semaphore;
+
 use super::calls::Calls;
 use super::demand::{self, DemandUpdate, MemberDemand};
 use super::io_thread::IoThread;
@@ -43,6 +45,8 @@ use crate::limiter::Tally;
 pub struct RedisConfig {
     pub target: RedisTarget,
     pub pool_size: u32,
+    /// A Cluster's script calls in flight at once.
+    pub cluster_max_in_flight: usize,
     pub prefix: String,
     pub key_format: KeyFormat,
     /// Longest wait for a connection when (re)connecting.
@@ -75,6 +79,9 @@ pub struct RedisStore {
     /// A Cluster's calls sent and answered (a single node's batcher keeps
     /// its own), so a wait that ran out tells a silent node from a slow one.
     cluster_calls: Arc<Calls>,
+    /// Bounds a Cluster's calls in flight: a call outlives a request that
+    /// gave up on it, so without this a flood's calls pile up unbounded.
+    cluster_permits: Arc<Semaphore>,
 }
 
 fn unavailable(e: impl fmt::Display) -> StoreError {
@@ -102,12 +109,13 @@ impl RedisStore {
             None
         };
         Ok(RedisStore {
-            config,
             io,
             live: Arc::new(ArcSwapOption::empty()),
             script: Arc::new(Script::new(SCRIPT)),
             demand_script: Script::new(demand::SCRIPT),
             cluster_calls: Arc::new(Calls::new()),
+            cluster_permits: Arc::new(Semaphore::new(config.cluster_max_in_flight.max(1))),
+            config,
         })
     }
 

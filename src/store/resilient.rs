@@ -205,13 +205,11 @@ impl Resilient {
             Some(stalled) => !stalled,
             None => late * 2 >= wait,
         };
-        // Heard answering lately, if only requests that had given up: not
-        // silent (a flood can leave every wait running out on a store
-        // that answers them all, late).
-        if own && self.primary.answered_within(at_least) {
-            self.silence.answered();
-        }
-        self.silence.ran_out(own)
+        // Heard answering, if only requests that had given up: not silent
+        // (a flood can leave every wait running out on a store that
+        // answers them all, late).
+        self.silence
+            .ran_out(own, |within| self.primary.answered_within(within))
     }
 
     /// One call to the primary under the breaker and the timeout, its

@@ -84,9 +84,18 @@ impl RedisStore {
                     }
                 }
                 let calls = groups.iter_mut().map(|(_, _, mine)| {
-                    let task = self.cluster_call(conn.clone(), std::mem::take(mine));
+                    let ops = std::mem::take(mine);
                     async move {
-                        task.await
+                        // Waited for here, so a request that gives up
+                        // first sends nothing.
+                        let permit = self
+                            .cluster_permits
+                            .clone()
+                            .acquire_owned()
+                            .await
+                            .map_err(|e| StoreError::Unavailable(format!("cluster call: {e}")))?;
+                        self.cluster_call(conn.clone(), ops, permit)
+                            .await
                             .map_err(|e| StoreError::Unavailable(format!("cluster call: {e}")))?
                     }
                 });
@@ -108,14 +117,16 @@ impl RedisStore {
     /// One slot's script call on a task of its own, so its reply is read
     /// and recorded ([`Calls`](crate::store::calls::Calls)) even when the
     /// request that asked has given up on it: a Cluster that answers late
-    /// is heard answering.
+    /// is heard answering. It holds `permit` until answered.
     fn cluster_call(
         &self,
         mut conn: redis::cluster_async::ClusterConnection,
         ops: Vec<Op>,
+        permit: tokio::sync::OwnedSemaphorePermit,
     ) -> tokio::task::JoinHandle<Result<Vec<Answer>, StoreError>> {
         let (script, calls) = (self.script.clone(), self.cluster_calls.clone());
         tokio::spawn(async move {
+            let _permit = permit;
             let call = calls.call();
             let mut inv = script.prepare_invoke();
             for op in &ops {

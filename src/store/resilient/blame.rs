@@ -59,8 +59,13 @@ impl Silence {
         }
     }
 
-    /// A wait ran out; `sluices_own` is what the evidence says of it.
-    pub(super) fn ran_out(&self, sluices_own: bool) -> Blame {
+    /// A wait ran out; `sluices_own` is what the evidence says of it, and
+    /// `heard(d)` whether the store was heard answering any call in the
+    /// last `d` (a store whose replies reach sluice late, on a host too
+    /// loaded for any request to get its answer in time, is answering: its
+    /// silence starts again, so only a store that answered nothing for the
+    /// whole bound is found silent).
+    pub(super) fn ran_out(&self, sluices_own: bool, heard: impl Fn(Duration) -> bool) -> Blame {
         if !sluices_own {
             return Blame::Store;
         }
@@ -69,12 +74,16 @@ impl Silence {
             Ok(_) => now,
             Err(earlier) => earlier,
         };
+        let silent = now.saturating_sub(since);
         let bound = u64::try_from(SILENCE_BOUND.as_millis()).unwrap_or(u64::MAX);
-        if now.saturating_sub(since) >= bound {
-            Blame::Store
-        } else {
-            Blame::Sluice
+        if silent < bound {
+            return Blame::Sluice;
         }
+        if heard(Duration::from_millis(silent)) {
+            self.since.store(now, Relaxed);
+            return Blame::Sluice;
+        }
+        Blame::Store
     }
 }
 
@@ -82,33 +91,67 @@ impl Silence {
 mod tests {
     use super::*;
 
+    fn never(_: Duration) -> bool {
+        false
+    }
+
     #[tokio::test(start_paused = true)]
     async fn evidence_against_the_store_is_enough() {
         let s = Silence::new();
-        assert_eq!(s.ran_out(false), Blame::Store);
+        assert_eq!(s.ran_out(false, |_| true), Blame::Store);
     }
 
     #[tokio::test(start_paused = true)]
     async fn sluices_lateness_is_believed_until_the_store_has_been_silent_too_long() {
         let s = Silence::new();
-        assert_eq!(s.ran_out(true), Blame::Sluice);
+        assert_eq!(s.ran_out(true, never), Blame::Sluice);
         tokio::time::advance(SILENCE_BOUND - Duration::from_millis(1)).await;
-        assert_eq!(s.ran_out(true), Blame::Sluice);
+        assert_eq!(s.ran_out(true, never), Blame::Sluice);
         tokio::time::advance(Duration::from_millis(1)).await;
-        assert_eq!(s.ran_out(true), Blame::Store, "silent for the bound");
-        assert_eq!(s.ran_out(true), Blame::Store, "and while it stays silent");
+        assert_eq!(s.ran_out(true, never), Blame::Store, "silent for the bound");
+        assert_eq!(
+            s.ran_out(true, never),
+            Blame::Store,
+            "and while it stays silent"
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn an_answer_ends_the_silence() {
         let s = Silence::new();
-        assert_eq!(s.ran_out(true), Blame::Sluice);
+        assert_eq!(s.ran_out(true, never), Blame::Sluice);
         tokio::time::advance(SILENCE_BOUND * 2).await;
         s.answered();
-        assert_eq!(s.ran_out(true), Blame::Sluice, "it answered: ours again");
+        assert_eq!(
+            s.ran_out(true, never),
+            Blame::Sluice,
+            "it answered: ours again"
+        );
         tokio::time::advance(SILENCE_BOUND / 2).await;
-        assert_eq!(s.ran_out(true), Blame::Sluice);
+        assert_eq!(s.ran_out(true, never), Blame::Sluice);
         tokio::time::advance(SILENCE_BOUND / 2).await;
-        assert_eq!(s.ran_out(true), Blame::Store);
+        assert_eq!(s.ran_out(true, never), Blame::Store);
+    }
+
+    /// Found by the fault harness's request flood on a Cluster: every
+    /// request's wait ran out, on a host too loaded to read replies in
+    /// time, while the store answered them all; a second of that was taken
+    /// for silence and tripped the breaker.
+    #[tokio::test(start_paused = true)]
+    async fn a_store_heard_answering_during_the_silence_is_not_silent() {
+        let s = Silence::new();
+        let last_answer = std::cell::Cell::new(Instant::now());
+        let heard = |d: Duration| last_answer.get().elapsed() < d;
+        assert_eq!(s.ran_out(true, heard), Blame::Sluice);
+        for _ in 0..30 {
+            tokio::time::advance(SILENCE_BOUND / 10).await;
+            last_answer.set(Instant::now() - Duration::from_millis(50));
+            assert_eq!(s.ran_out(true, heard), Blame::Sluice, "answering, late");
+        }
+        // Then it answers nothing at all: found silent within the bound.
+        tokio::time::advance(SILENCE_BOUND / 2).await;
+        assert_eq!(s.ran_out(true, heard), Blame::Sluice);
+        tokio::time::advance(SILENCE_BOUND / 2).await;
+        assert_eq!(s.ran_out(true, heard), Blame::Store, "silent for the bound");
     }
 }
