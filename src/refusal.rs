@@ -1,8 +1,10 @@
 //! Why sluice refuses a call, and the one place a refusal becomes a gRPC
-//! status. The codes are chosen for what Envoy does with them: a store
-//! failure is UNAVAILABLE so that its `failure_mode_deny` decides (never a
-//! 429); a bound reached is RESOURCE_EXHAUSTED; a body too slow is
-//! DEADLINE_EXCEEDED; a malformed request or report is INVALID_ARGUMENT.
+//! status or an HTTP one (the admin doors: `/json`, the counters). The
+//! codes are chosen for what Envoy does with them: a store failure is
+//! UNAVAILABLE (HTTP 503) so that its `failure_mode_deny` decides (never a
+//! 429); a bound reached is RESOURCE_EXHAUSTED (429); a body too slow is
+//! DEADLINE_EXCEEDED (408); a malformed request or report is
+//! INVALID_ARGUMENT (400).
 
 use tonic::Status;
 
@@ -28,6 +30,31 @@ impl From<Refusal> for Status {
             Refusal::Exhausted(why) => Status::resource_exhausted(why),
             Refusal::TooSlow(why) => Status::deadline_exceeded(why),
         }
+    }
+}
+
+impl Refusal {
+    /// The HTTP status of the same refusal.
+    pub(crate) fn http_status(&self) -> axum::http::StatusCode {
+        use axum::http::StatusCode;
+        match self {
+            Refusal::Invalid(_) => StatusCode::BAD_REQUEST,
+            Refusal::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Refusal::Exhausted(_) => StatusCode::TOO_MANY_REQUESTS,
+            Refusal::TooSlow(_) => StatusCode::REQUEST_TIMEOUT,
+        }
+    }
+
+    /// The refusal as an HTTP answer: its status, and its words as the
+    /// body.
+    pub(crate) fn into_http(self) -> axum::response::Response {
+        use axum::response::IntoResponse;
+        let code = self.http_status();
+        let (Refusal::Invalid(why)
+        | Refusal::Unavailable(why)
+        | Refusal::Exhausted(why)
+        | Refusal::TooSlow(why)) = self;
+        (code, format!("{why}\n")).into_response()
     }
 }
 
@@ -101,5 +128,29 @@ mod tests {
         assert_eq!(answer("14", "down"), (false, "14".into()));
         let mut none = tonic::codegen::http::HeaderMap::new();
         assert!(!tonic_refusal_as_invalid(&mut none));
+    }
+
+    #[tokio::test]
+    async fn an_http_refusal_has_the_same_meaning_and_words() {
+        use axum::http::StatusCode;
+        for (r, code) in [
+            (Refusal::Invalid("bad".into()), StatusCode::BAD_REQUEST),
+            (
+                Refusal::Unavailable("down".into()),
+                StatusCode::SERVICE_UNAVAILABLE,
+            ),
+            (
+                Refusal::Exhausted("full".into()),
+                StatusCode::TOO_MANY_REQUESTS,
+            ),
+            (Refusal::TooSlow("late".into()), StatusCode::REQUEST_TIMEOUT),
+        ] {
+            let answer = r.into_http();
+            assert_eq!(answer.status(), code);
+            let body = axum::body::to_bytes(answer.into_body(), 1024)
+                .await
+                .unwrap();
+            assert!(body.ends_with(b"\n") && body.len() > 2, "{body:?}");
+        }
     }
 }

@@ -62,12 +62,8 @@ async fn authorise(
     })
 }
 
-fn failed(e: &CountersError) -> Response {
-    let code = match e {
-        CountersError::Invalid(_) => StatusCode::BAD_REQUEST,
-        CountersError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
-    };
-    (code, format!("{e}\n")).into_response()
+fn failed(e: CountersError) -> Response {
+    crate::refusal::Refusal::from(e).into_http()
 }
 
 pub(super) async fn lookup(
@@ -91,7 +87,7 @@ pub(super) async fn lookup(
             info!(caller = caller.id(), domain = %peeked.request.domain, descriptors = ?shown, "counters looked up");
             axum::Json(doc).into_response()
         }
-        Err(e) => failed(&e),
+        Err(e) => failed(e),
     }
 }
 
@@ -113,7 +109,7 @@ pub(super) async fn reset(
             (StatusCode::NOT_FOUND, axum::Json(doc)).into_response()
         }
         Ok(doc) => axum::Json(doc).into_response(),
-        Err(e) => failed(&e),
+        Err(e) => failed(e),
     }
 }
 

@@ -51,7 +51,8 @@ use crate::console::{self, Console};
 use crate::counters::Counters;
 use crate::metrics::Listener;
 use crate::protojson;
-use crate::service::{RateLimiter, ServiceError};
+use crate::refusal::Refusal;
+use crate::service::RateLimiter;
 use access::guard;
 
 /// What the admin handlers share.
@@ -336,7 +337,7 @@ async fn rlconfig(State(s): State<AdminState>) -> String {
 async fn json_decide(State(s): State<AdminState>, body: Bytes) -> Response {
     let req = match protojson::parse_request(&body) {
         Ok(req) => req,
-        Err(msg) => return (StatusCode::BAD_REQUEST, format!("{msg}\n")).into_response(),
+        Err(msg) => return Refusal::Invalid(msg).into_http(),
     };
     match s.limiter.handle(req).await {
         Ok(resp) => {
@@ -347,12 +348,7 @@ async fn json_decide(State(s): State<AdminState>, body: Bytes) -> Response {
             };
             (code, axum::Json(protojson::render_response(&resp))).into_response()
         }
-        Err(e @ ServiceError::Request(_)) => {
-            (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response()
-        }
-        Err(e @ (ServiceError::Store(_) | ServiceError::NoRulesYet)) => {
-            (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response()
-        }
+        Err(e) => Refusal::from(e).into_http(),
     }
 }
 

@@ -34,6 +34,15 @@ pub(crate) enum CountersError {
     Store(String),
 }
 
+impl From<CountersError> for crate::refusal::Refusal {
+    fn from(e: CountersError) -> Self {
+        match e {
+            CountersError::Invalid(why) => Self::Invalid(why),
+            CountersError::Store(why) => Self::Unavailable(why),
+        }
+    }
+}
+
 impl From<ServiceError> for CountersError {
     fn from(e: ServiceError) -> CountersError {
         match e {
