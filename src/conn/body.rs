@@ -78,7 +78,7 @@ impl BodyBudget {
 
 /// How a body is watched.
 #[derive(Debug, Clone)]
-pub(crate) enum Watch {
+pub(crate) enum BodyWatch {
     /// One message, whole within the budget's timeout and bytes.
     Unary(Arc<BodyBudget>),
     /// A stream of messages: the first within `first`, each next within
@@ -90,10 +90,10 @@ pub(crate) enum Watch {
     },
 }
 
-/// A request body under its [`Watch`].
+/// A request body under its [`BodyWatch`].
 pub struct Metered<B> {
     inner: B,
-    watch: Watch,
+    watch: BodyWatch,
     conn: Arc<Activity>,
     /// Bytes taken from the budget (unary).
     held: usize,
@@ -106,14 +106,14 @@ pub struct Metered<B> {
 }
 
 impl<B> Metered<B> {
-    pub(crate) fn new(inner: B, watch: Watch, conn: Arc<Activity>) -> Metered<B> {
+    pub(crate) fn new(inner: B, watch: BodyWatch, conn: Arc<Activity>) -> Metered<B> {
         let (wait, timer) = match &watch {
-            Watch::Unary(b) => {
+            BodyWatch::Unary(b) => {
                 conn.body_started();
                 (b.timeout, None)
             }
             // A stream's first report is due from the stream's start.
-            Watch::Stream { first, .. } => (*first, Some(Box::pin(tokio::time::sleep(*first)))),
+            BodyWatch::Stream { first, .. } => (*first, Some(Box::pin(tokio::time::sleep(*first)))),
         };
         Metered {
             inner,
@@ -132,7 +132,7 @@ impl<B> Metered<B> {
             return;
         }
         self.done = true;
-        if let Watch::Unary(b) = &self.watch {
+        if let BodyWatch::Unary(b) = &self.watch {
             b.give_back(&self.conn, self.held);
             self.held = 0;
             self.conn.body_done();
@@ -141,8 +141,8 @@ impl<B> Metered<B> {
 
     fn fail(&mut self, bound: Bound, status: Status) -> BoxError {
         let metrics = match &self.watch {
-            Watch::Unary(b) => &b.metrics,
-            Watch::Stream { metrics, .. } => metrics,
+            BodyWatch::Unary(b) => &b.metrics,
+            BodyWatch::Stream { metrics, .. } => metrics,
         };
         if metrics.bound_hit(bound, 1) {
             tracing::warn!(
@@ -158,12 +158,12 @@ impl<B> Metered<B> {
     /// A data frame of `n` bytes arrived.
     fn arrived(&mut self, n: usize) -> Result<(), Status> {
         match &self.watch {
-            Watch::Unary(b) => {
+            BodyWatch::Unary(b) => {
                 b.take(&self.conn, n)
                     .map_err(|why| Status::from(Refusal::Exhausted(why.into())))?;
                 self.held += n;
             }
-            Watch::Stream { idle, .. } => {
+            BodyWatch::Stream { idle, .. } => {
                 let at = Instant::now() + *idle;
                 match &mut self.timer {
                     Some(t) => t.as_mut().reset(at),
@@ -228,11 +228,11 @@ where
                     return Poll::Pending;
                 }
                 let (bound, why) = match this.watch {
-                    Watch::Unary(_) => (
+                    BodyWatch::Unary(_) => (
                         Bound::BodyTimeout,
                         "request body not complete within --body-timeout",
                     ),
-                    Watch::Stream { .. } => (
+                    BodyWatch::Stream { .. } => (
                         Bound::QuotaSilent,
                         "quota stream sent nothing within --quota-stream-idle",
                     ),

@@ -34,7 +34,7 @@ mod seats;
 
 pub(crate) use activity::{Activity, InFlight};
 pub use body::Metered;
-pub(crate) use body::{BodyBudget, Watch};
+pub(crate) use body::{BodyBudget, BodyWatch};
 pub(crate) use guarded::{Guarded, IdleBy};
 pub(crate) use peer::Peer;
 use seats::{Held, SeatBounds, Seats};

@@ -11,9 +11,9 @@ use tonic::transport::server::Router;
 use tonic_health::pb::health_server::{Health, HealthServer};
 use tracing::info;
 
-use super::guard::Guard;
+use super::edge::Edge;
 use super::{GrpcListener, ServeOptions};
-use crate::conn::{self, BodyBudget, ConnBounds, Guarded, IdleBy, Watch};
+use crate::conn::{self, BodyBudget, BodyWatch, ConnBounds, Guarded, IdleBy};
 use crate::metrics::{Listener, Metrics};
 use crate::quota::QuotaService;
 use crate::service::RateLimiter;
@@ -50,22 +50,22 @@ pub(super) fn router(
         .http2_max_local_error_reset_streams(Some(g.max_reset_streams))
         .http2_max_pending_accept_reset_streams(Some(g.max_pending_resets))
         .add_service(health)
-        .add_service(Guard {
+        .add_service(Edge {
             inner: RateLimitServiceServer::new(limiter.clone())
                 .max_decoding_message_size(opts.max_request_bytes),
             metrics: metrics.clone(),
-            watch: Watch::Unary(BodyBudget::new(
+            watch: BodyWatch::Unary(BodyBudget::new(
                 g.body.per_connection,
                 g.body.per_process,
                 g.body.timeout,
                 metrics.clone(),
             )),
         })
-        .add_service(Guard {
+        .add_service(Edge {
             inner: RateLimitQuotaServiceServer::new(quota)
                 .max_decoding_message_size(opts.max_request_bytes),
             metrics: metrics.clone(),
-            watch: Watch::Stream {
+            watch: BodyWatch::Stream {
                 first: opts.quota.first_report,
                 idle: opts.quota.stream_idle,
                 metrics: metrics.clone(),

@@ -249,8 +249,8 @@ pub fn signal() -> impl Future<Output = ()> + Send + 'static {
 }
 
 mod bounds;
+mod edge;
 mod grpc;
-mod guard;
 mod tasks;
 pub use bounds::{BodyBounds, GrpcBounds};
 

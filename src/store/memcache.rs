@@ -153,7 +153,7 @@ impl MemcacheStore {
 
     async fn count(&self, pools: &[Pooled<Manager>], inc: &Increment) -> Result<Tally, StoreError> {
         if inc.algorithm == Algorithm::Concurrency {
-            // Leases need a set per counter, expiring member by member;
+            // Slots need a set per counter, expiring member by member;
             // memcached has no such thing.
             return Err(StoreError::Rejected(
                 "memcached holds no leases: algorithm: concurrency needs Redis or memory".into(),

@@ -23,7 +23,7 @@ use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::demand::{DemandTables, DemandUpdate, Fleet};
-use super::leases::Leases;
+use super::slots::Slots;
 use super::{BoxFuture, Increment, Occupancy, Store, StoreError, StoreHealth};
 use crate::limiter::Now;
 use crate::limiter::{Algorithm, Tally};
@@ -133,7 +133,7 @@ pub struct MemoryStore {
     /// Quota mode's demand tables, bounded like the counters.
     pub(super) demand: DemandTables,
     /// Requests in flight (`algorithm: concurrency`), bounded like the counters.
-    leases: Leases,
+    leases: Slots,
 }
 
 impl Default for MemoryStore {
@@ -158,7 +158,7 @@ impl MemoryStore {
             evictions: AtomicU64::new(0),
             live: AtomicU64::new(0),
             demand: DemandTables::new(max_counters),
-            leases: Leases::new(max_counters),
+            leases: Slots::new(max_counters),
         }
     }
 

@@ -10,7 +10,6 @@ mod coalesce;
 pub mod demand;
 mod io_thread;
 mod lag;
-mod leases;
 pub mod memcache;
 mod memory;
 mod policy;
@@ -19,6 +18,7 @@ pub mod redis;
 mod resilient;
 mod script;
 mod sentinel;
+mod slots;
 
 use std::future::Future;
 use std::pin::Pin;

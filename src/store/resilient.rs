@@ -149,7 +149,7 @@ impl Resilient {
         ask: &[&Increment],
         deadline: Option<Instant>,
     ) -> Result<Vec<Tally>, Undecided> {
-        self.guarded(
+        self.under_breaker(
             async {
                 self.primary
                     .increment(ask)
@@ -214,7 +214,7 @@ impl Resilient {
 
     /// One call to the primary under the breaker and the timeout, its
     /// outcome recorded; `Err` says who decides instead.
-    async fn guarded<T>(
+    async fn under_breaker<T>(
         &self,
         call: impl std::future::Future<Output = Result<T, StoreError>>,
         deadline: Option<Instant>,
@@ -372,7 +372,7 @@ impl Store for Resilient {
 
     fn demand<'a>(&'a self, update: &'a DemandUpdate) -> BoxFuture<'a, Fleet> {
         Box::pin(async move {
-            if let Ok(members) = self.guarded(self.primary.demand(update), None).await {
+            if let Ok(members) = self.under_breaker(self.primary.demand(update), None).await {
                 return Fleet::Members(members);
             }
             let policy = update.on_failure.unwrap_or(self.policy);

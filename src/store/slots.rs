@@ -57,15 +57,15 @@ fn slots(held: u64) -> Tally {
 }
 
 #[derive(Debug)]
-pub(crate) struct Leases {
+pub(crate) struct Slots {
     shards: Box<[Mutex<HashMap<u64, Held>>]>,
     per_shard: usize,
     hasher: RandomState,
 }
 
-impl Leases {
-    pub(crate) fn new(capacity: usize) -> Leases {
-        Leases {
+impl Slots {
+    pub(crate) fn new(capacity: usize) -> Slots {
+        Slots {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             per_shard: capacity.div_ceil(SHARDS).max(1),
             hasher: RandomState::new(),

@@ -1,4 +1,4 @@
-//! The guard around the gRPC services: each request is reported to its
+//! The edge of the gRPC services (each call passes it on its way in): each request is reported to its
 //! connection's idle timer and its body watched ([`crate::conn::Metered`]);
 //! a request tonic refuses before sluice sees it is rewritten as a
 //! malformed request; a call its caller abandons is counted.
@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::conn::{Activity, InFlight, Metered, Watch};
+use crate::conn::{Activity, BodyWatch, InFlight, Metered};
 use crate::metrics::{Bound, Metrics, Outcome};
 
 /// The RLS service with its guard: each request is reported to its
@@ -15,18 +15,18 @@ use crate::metrics::{Bound, Metrics, Outcome};
 /// decodable: bad wire format, invalid UTF-8, which tonic answers INTERNAL)
 /// is a malformed request like any other: INVALID_ARGUMENT, counted invalid.
 #[derive(Clone)]
-pub(super) struct Guard<S> {
+pub(super) struct Edge<S> {
     pub(super) inner: S,
     pub(super) metrics: Arc<Metrics>,
     /// How each request's body is watched.
-    pub(super) watch: Watch,
+    pub(super) watch: BodyWatch,
 }
 
-impl<S: tonic::server::NamedService> tonic::server::NamedService for Guard<S> {
+impl<S: tonic::server::NamedService> tonic::server::NamedService for Edge<S> {
     const NAME: &'static str = S::NAME;
 }
 
-impl<S, B, R> tonic::codegen::Service<tonic::codegen::http::Request<B>> for Guard<S>
+impl<S, B, R> tonic::codegen::Service<tonic::codegen::http::Request<B>> for Edge<S>
 where
     S: tonic::codegen::Service<
             tonic::codegen::http::Request<Metered<B>>,
@@ -68,7 +68,7 @@ where
     }
 }
 
-/// The answer of [`Guard`], rewritten as it completes.
+/// The answer of [`Edge`], rewritten as it completes.
 pub struct Rewrite<F> {
     inner: F,
     metrics: Arc<Metrics>,
