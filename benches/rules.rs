@@ -7,8 +7,11 @@
 //! or, past the rules, by the key-only default), and
 //! the p99 at a fixed rate while the whole set reloads, against the same
 //! rate with no reload (the median of three of each, taken in turn), and
-//! the slowest of the three reloads to be seen. `RULES_SIZES=10,10000` to
-//! choose the sizes.
+//! the slowest of the three reloads to be seen. Each timed run lasts as
+//! long as one reload takes to be seen (measured first, untimed) and a
+//! second more, so a reload run spans the whole reload; each quiet run
+//! starts a second after the last reload was seen, once the replaced rules
+//! are freed. `RULES_SIZES=10,10000` to choose the sizes.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -121,24 +124,31 @@ fn one(n: usize) -> Row {
     // Both versions are generated before any measurement, so the writer
     // only writes while requests are timed.
     let versions = [customers(n, 1), customers(n, 0)];
+    let reload = |version: &str| {
+        let before = generation();
+        std::fs::write(&file, version).expect("rules");
+        let written = Instant::now();
+        common::eventually(Duration::from_secs(120), || generation() > before);
+        written.elapsed().as_secs_f64()
+    };
+    // One reload untimed, to know how long a timed run must last.
+    let secs = reload(&versions[0]).ceil() as u64 + 1;
+    let settle = || std::thread::sleep(Duration::from_secs(1));
     let (mut quiet, mut during, mut reload_s) = (Vec::new(), Vec::new(), 0.0f64);
-    for version in versions.iter().cycle().take(3) {
+    for version in versions.iter().cycle().skip(1).take(3) {
+        settle();
         quiet.push(
-            bench(&s, keys, Some(2_000), 4)["p99_us"]
+            bench(&s, keys, Some(2_000), secs.max(4))["p99_us"]
                 .as_f64()
                 .unwrap_or(0.0),
         );
-        let before = generation();
         let seen = std::thread::scope(|scope| {
             let writer = scope.spawn(|| {
                 std::thread::sleep(Duration::from_millis(500));
-                std::fs::write(&file, version).expect("rules");
-                let written = Instant::now();
-                common::eventually(Duration::from_secs(120), || generation() > before);
-                written.elapsed().as_secs_f64()
+                reload(version)
             });
             during.push(
-                bench(&s, keys, Some(2_000), 4)["p99_us"]
+                bench(&s, keys, Some(2_000), secs.max(4))["p99_us"]
                     .as_f64()
                     .unwrap_or(0.0),
             );
