@@ -61,10 +61,12 @@ pub struct StoreArgs {
     /// Script calls to a Redis Cluster in flight at once; past it a request
     /// waits for one to finish, within its store wait. A call whose request
     /// gave up still runs to its answer (so a slow Cluster is heard
-    /// answering), so this is what bounds a flood's calls.
+    /// answering), so this is what bounds a flood's calls; a call
+    /// unanswered for 2 s gives its place back.
     #[arg(long, env = "SLUICE_REDIS_CLUSTER_MAX_IN_FLIGHT", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) redis_cluster_max_in_flight: u32,
-    /// Run the Redis connections and the batcher on a thread of their own,
+    /// Run the Redis connections and the batcher (a Cluster's connections
+    /// and calls) on a thread of their own,
     /// so a flood queued on the workers is never timed as a slow Redis.
     #[arg(long, env = "SLUICE_REDIS_IO_THREAD", default_value_t = true, action = clap::ArgAction::Set)]
     pub(crate) redis_io_thread: bool,

@@ -1,4 +1,5 @@
-//! A thread of its own for the Redis connections and the batcher. Under a
+//! A thread of its own for the Redis connections and the batcher (a
+//! Cluster's connections and calls). Under a
 //! flood, sluice's workers hold thousands of ready tasks; a Redis reply
 //! that must wait behind them at every hop (the connection's task, the
 //! batcher's, back to the request) looked like a slow store: a 0.07 ms
@@ -61,6 +62,14 @@ impl IoThread {
     /// that long in its socket, slowed by this process, not by Redis.
     pub(super) fn late_now(&self) -> std::time::Duration {
         self.lag.late_now()
+    }
+
+    /// Spawns `fut` on the I/O thread.
+    pub(super) fn spawn<T: Send + 'static>(
+        &self,
+        fut: impl Future<Output = T> + Send + 'static,
+    ) -> tokio::task::JoinHandle<T> {
+        self.handle.spawn(fut)
     }
 
     /// Runs `fut` on the I/O thread (so whatever it spawns lives there).

@@ -152,30 +152,8 @@ impl RedisStore {
                 connected
             }
             RedisTarget::Cluster(_) => {
-                let mut builder =
-                    redis::cluster::ClusterClient::builder(seeds(&self.config.target))
-                        .connection_timeout(self.config.connect_timeout);
-                if let Some(tls) = &self.config.tls {
-                    builder = builder.certs(tls.certificates()?);
-                }
-                let client = builder.build().map_err(unavailable)?;
-                let mut conn = client.get_async_connection().await.map_err(unavailable)?;
-                let rtt = self.probe_script(&mut conn).await?;
-                clock::read(&mut conn).await;
-                // A PING reaches any node; a cluster short of a master (before
-                // its replica takes over) still answers it, and would be
-                // declared back only to fail again on that master's slots.
-                let info: String = redis::cmd("CLUSTER")
-                    .arg("INFO")
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(unavailable)?;
-                if !info.contains("cluster_state:ok") {
-                    return Err(StoreError::Unavailable(
-                        "cluster_state is not ok (a master is down and not yet replaced)".into(),
-                    ));
-                }
-                (Live::Cluster(conn), rtt)
+                self.on_io(open_cluster(self.config.clone(), self.script.clone()))
+                    .await?
             }
         };
         let live = Arc::new(live);
@@ -197,18 +175,24 @@ impl RedisStore {
     /// opened on the I/O thread when there is one, so the connections'
     /// tasks and the batcher run there.
     async fn connect_single(&self, url: &str) -> Result<(Live, Duration), StoreError> {
-        let open = open_single(url.to_owned(), self.config.clone(), self.script.clone());
+        self.on_io(open_single(
+            url.to_owned(),
+            self.config.clone(),
+            self.script.clone(),
+        ))
+        .await
+    }
+
+    /// Runs `open` on the I/O thread when there is one, so the tasks it
+    /// spawns (a connection's, the batcher, a Cluster's router) live there.
+    async fn on_io(
+        &self,
+        open: impl Future<Output = Result<(Live, Duration), StoreError>> + Send + 'static,
+    ) -> Result<(Live, Duration), StoreError> {
         match &self.io {
             Some(io) => io.run(open).await,
             None => open.await,
         }
-    }
-
-    async fn probe_script(
-        &self,
-        conn: &mut impl redis::aio::ConnectionLike,
-    ) -> Result<Duration, StoreError> {
-        probe_script(&self.config.prefix, &self.script, conn).await
     }
 
     /// Writes a member's demand to its bucket's hash and reads the fleet's.
@@ -258,6 +242,37 @@ async fn open_single(
         Live::Single(Batcher::start(pool.clone(), script, in_flight), pool),
         rtt,
     ))
+}
+
+/// A Cluster connection, proven by the probe and `CLUSTER INFO`; its
+/// router and node connections are spawned where this runs.
+async fn open_cluster(
+    config: RedisConfig,
+    script: Arc<Script>,
+) -> Result<(Live, Duration), StoreError> {
+    let mut builder = redis::cluster::ClusterClient::builder(seeds(&config.target))
+        .connection_timeout(config.connect_timeout);
+    if let Some(tls) = &config.tls {
+        builder = builder.certs(tls.certificates()?);
+    }
+    let client = builder.build().map_err(unavailable)?;
+    let mut conn = client.get_async_connection().await.map_err(unavailable)?;
+    let rtt = probe_script(&config.prefix, &script, &mut conn).await?;
+    clock::read(&mut conn).await;
+    // A PING reaches any node; a cluster short of a master (before its
+    // replica takes over) still answers it, and would be declared back only
+    // to fail again on that master's slots.
+    let info: String = redis::cmd("CLUSTER")
+        .arg("INFO")
+        .query_async(&mut conn)
+        .await
+        .map_err(unavailable)?;
+    if !info.contains("cluster_state:ok") {
+        return Err(StoreError::Unavailable(
+            "cluster_state is not ok (a master is down and not yet replaced)".into(),
+        ));
+    }
+    Ok((Live::Cluster(conn), rtt))
 }
 
 /// Adds nothing to a probe key through the increment script, as a request
@@ -320,7 +335,12 @@ impl super::Primary for RedisStore {
                 let late = self.io.as_ref().map_or(workers_late, IoThread::late_now);
                 Some(batcher.stalled(at_least + late))
             }
-            Some(Live::Cluster(_)) => self.cluster_calls.heard(at_least, workers_late),
+            // Its replies are read, and its calls recorded, on the I/O
+            // thread too when there is one.
+            Some(Live::Cluster(_)) => {
+                let late = self.io.as_ref().map_or(workers_late, IoThread::late_now);
+                self.cluster_calls.heard(at_least, late)
+            }
             None => None,
         }
     }

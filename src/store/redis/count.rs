@@ -20,6 +20,13 @@ use super::{Live, RedisStore, classify, decode, render_key, usage_key};
 use crate::limiter::{Algorithm, Decision, Now, Tally, Window};
 use crate::store::{Increment, StoreError};
 
+/// The longest a Cluster call holds its permit: a node gone silent
+/// (stopped, or its link cut without a close) would otherwise keep every
+/// permit its calls hold for as long as it stays silent, and no request
+/// could be sent to any node. Twice the silence bound, so a slow node that
+/// answers is never cut short.
+const CALL_MAX: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl RedisStore {
     /// Runs the script for the batch; tallies come back in batch order.
     pub async fn increment(&self, batch: &[&Increment]) -> Result<Vec<Tally>, StoreError> {
@@ -125,17 +132,33 @@ impl RedisStore {
         permit: tokio::sync::OwnedSemaphorePermit,
     ) -> tokio::task::JoinHandle<Result<Vec<Answer>, StoreError>> {
         let (script, calls) = (self.script.clone(), self.cluster_calls.clone());
-        tokio::spawn(async move {
+        let task = async move {
             let _permit = permit;
             let call = calls.call();
             let mut inv = script.prepare_invoke();
             for op in &ops {
                 op.add_to(&mut inv);
             }
-            let raw: Result<Vec<i64>, _> = inv.invoke_async(&mut conn).await;
+            let raw: Result<Vec<i64>, _> =
+                match tokio::time::timeout(CALL_MAX, inv.invoke_async(&mut conn)).await {
+                    Ok(raw) => raw,
+                    // Dropped unanswered: recorded as given up on.
+                    Err(_) => {
+                        return Err(StoreError::Unavailable(format!(
+                            "a Cluster call unanswered for {} s",
+                            CALL_MAX.as_secs()
+                        )));
+                    }
+                };
             call.answered();
             decode(ops.iter().map(Op::kind), &raw.map_err(|e| classify(&e))?)
-        })
+        };
+        // On the I/O thread when there is one, so an answer is recorded
+        // when it comes, not after the flood queued on the workers.
+        match &self.io {
+            Some(io) => io.spawn(task),
+            None => tokio::spawn(task),
+        }
     }
 
     /// The Redis keys of one increment: its window's, and for a sliding
