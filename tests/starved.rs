@@ -263,7 +263,7 @@ async fn honest_client_beside_a_flood(fleet: &[Sluice], store: &str) {
     let why: Vec<String> = fleet
         .iter()
         .flat_map(|s| s.logs.lock().unwrap().clone())
-        .filter(|l| l.contains("store down") || l.contains("DBG"))
+        .filter(|l| l.contains("store down"))
         .collect();
     assert_eq!(
         trips, 0.0,

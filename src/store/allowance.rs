@@ -82,7 +82,7 @@ pub(crate) enum Plan {
     Behind,
 }
 
-/// Slots of one instance, bounded in counters.
+/// Leases of one instance, bounded in counters.
 #[derive(Debug)]
 pub(crate) struct Allowance {
     shards: Box<[Mutex<HashMap<CounterKey, Lease>>]>,

@@ -133,7 +133,7 @@ pub struct MemoryStore {
     /// Quota mode's demand tables, bounded like the counters.
     pub(super) demand: DemandTables,
     /// Requests in flight (`algorithm: concurrency`), bounded like the counters.
-    leases: Slots,
+    slots: Slots,
 }
 
 impl Default for MemoryStore {
@@ -158,7 +158,7 @@ impl MemoryStore {
             evictions: AtomicU64::new(0),
             live: AtomicU64::new(0),
             demand: DemandTables::new(max_counters),
-            leases: Slots::new(max_counters),
+            slots: Slots::new(max_counters),
         }
     }
 
@@ -197,7 +197,7 @@ impl MemoryStore {
             .map(|inc| {
                 let now_us = inc.at_us;
                 if inc.algorithm == Algorithm::Concurrency {
-                    return self.leases.hold(inc);
+                    return self.slots.hold(inc);
                 }
                 let (shard, id) = self.locate(inc);
                 let mut map = shard.lock();
@@ -238,7 +238,7 @@ impl MemoryStore {
     pub fn reset<'a>(&self, batch: impl IntoIterator<Item = &'a Increment>) {
         for inc in batch {
             if inc.algorithm == Algorithm::Concurrency {
-                self.leases.clear(inc);
+                self.slots.clear(inc);
                 continue;
             }
             let (shard, id) = self.locate(inc);
@@ -248,7 +248,7 @@ impl MemoryStore {
 
     /// Frees every counter whose window has ended; returns how many remain.
     pub fn sweep(&self, now: Now) -> usize {
-        self.leases.sweep(now.0.saturating_mul(1_000_000));
+        self.slots.sweep(now.0.saturating_mul(1_000_000));
         let live = self
             .shards
             .iter()

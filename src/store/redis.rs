@@ -26,9 +26,9 @@ pub use keys::{KeyFormat, render_key, usage_key};
 use target::seeds;
 pub use target::{RedisTarget, mask};
 
-use super::batch::Batcher;
 use tokio::sync::Semaphore;
 
+use super::batch::Batcher;
 use super::calls::Calls;
 use super::demand::{self, DemandUpdate, MemberDemand};
 use super::io_thread::IoThread;
@@ -327,20 +327,13 @@ impl super::Primary for RedisStore {
     }
 
     fn stalled(&self, at_least: Duration, workers_late: Duration) -> Option<bool> {
+        // Calls are marked answered on the I/O thread (on the workers
+        // without it), the batcher's and a Cluster's alike: a reply waits in
+        // the socket for as long as that thread runs late.
+        let late = self.io.as_ref().map_or(workers_late, IoThread::late_now);
         match self.live.load().as_deref() {
-            Some(Live::Single(batcher, _)) => {
-                // The batcher marks calls answered on the I/O thread (on
-                // the workers without it): a reply waits in the socket for
-                // as long as that thread runs late, so that is added.
-                let late = self.io.as_ref().map_or(workers_late, IoThread::late_now);
-                Some(batcher.stalled(at_least + late))
-            }
-            // Its replies are read, and its calls recorded, on the I/O
-            // thread too when there is one.
-            Some(Live::Cluster(_)) => {
-                let late = self.io.as_ref().map_or(workers_late, IoThread::late_now);
-                self.cluster_calls.heard(at_least, late)
-            }
+            Some(Live::Single(batcher, _)) => Some(batcher.stalled(at_least + late)),
+            Some(Live::Cluster(_)) => self.cluster_calls.heard(at_least, late),
             None => None,
         }
     }

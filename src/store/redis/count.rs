@@ -90,20 +90,18 @@ impl RedisStore {
                         None => groups.push((slot, vec![i], vec![op])),
                     }
                 }
+                let failed = |e: &dyn std::fmt::Display| {
+                    StoreError::Unavailable(format!("cluster call: {e}"))
+                };
                 let calls = groups.iter_mut().map(|(_, _, mine)| {
                     let ops = std::mem::take(mine);
                     async move {
                         // Waited for here, so a request that gives up
                         // first sends nothing.
-                        let permit = self
-                            .cluster_permits
-                            .clone()
-                            .acquire_owned()
-                            .await
-                            .map_err(|e| StoreError::Unavailable(format!("cluster call: {e}")))?;
-                        self.cluster_call(conn.clone(), ops, permit)
-                            .await
-                            .map_err(|e| StoreError::Unavailable(format!("cluster call: {e}")))?
+                        let permit = self.cluster_permits.clone().acquire_owned().await;
+                        let permit = permit.map_err(|e| failed(&e))?;
+                        let task = self.cluster_call(conn.clone(), ops, permit);
+                        task.await.map_err(|e| failed(&e))?
                     }
                 });
                 let results = try_join_all(calls).await?;
