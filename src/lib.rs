@@ -2,7 +2,8 @@
 //! envoyproxy/ratelimit configs unchanged.
 //!
 //! - [`cli`]: the command line, the only place flags become settings;
-//!   [`app`]: the composition root that builds and runs what they describe;
+//!   [`app`]: the composition root that builds and runs what they describe,
+//!   handing [`application::App`] (the running parts) to what serves;
 //!   [`reference_env`]: `ratelimit` mode, envoyproxy/ratelimit's environment
 //!   as those flags; [`health_probe`]: `sluice health`.
 //! - [`loadgen`]: `sluice bench`, a load generator for any rate-limit service.
@@ -39,6 +40,7 @@
 
 pub(crate) mod admin;
 pub mod app;
+pub mod application;
 pub mod cli;
 pub mod config;
 pub(crate) mod conn;
@@ -64,6 +66,7 @@ pub(crate) mod request;
 pub use sluice_core::rule_stats;
 pub(crate) mod server;
 pub mod service;
+pub(crate) mod stamp;
 pub(crate) mod statsd;
 pub mod store;
 pub(crate) mod telemetry;

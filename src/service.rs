@@ -104,7 +104,6 @@ impl From<ServiceError> for Status {
     }
 }
 
-/// Cheap to clone; shared by the gRPC and admin servers.
 /// What the request path hands an observer beyond the metrics: each
 /// over-limit descriptor (the console's top keys). Observation is told,
 /// never asked.
@@ -120,6 +119,9 @@ impl OverLimitWatch for Unwatched {
     fn over_limit(&self, _: &CounterKey, _: &str, _: u64, _: u64) {}
 }
 
+/// The decision path over the rules, the store and the metrics. Cheap to
+/// clone; the rest of the application reaches those parts through
+/// [`App`](crate::application::App), never through the limiter.
 #[derive(Clone)]
 pub struct RateLimiter {
     rules: Arc<LiveRules>,
@@ -158,18 +160,6 @@ impl RateLimiter {
     /// Global shadow mode (`--shadow-mode`).
     pub fn global_shadow(&self) -> bool {
         self.settings.global_shadow
-    }
-
-    pub fn rules(&self) -> &Arc<LiveRules> {
-        &self.rules
-    }
-
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
-    }
-
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
     }
 
     /// Converts, decides and records one protobuf request.

@@ -6,7 +6,7 @@
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use rustls::ServerConfig;
@@ -100,17 +100,11 @@ impl Tls {
         }
     }
 
-    fn stamp(&self) -> Vec<Option<(SystemTime, u64)>> {
+    /// The files' [stamp](crate::stamp).
+    fn stamp(&self) -> u64 {
         let f = &self.files;
-        [Some(&f.cert), Some(&f.key), f.client_ca.as_ref()]
-            .into_iter()
-            .flatten()
-            .map(|p| {
-                std::fs::metadata(p)
-                    .ok()
-                    .and_then(|m| Some((m.modified().ok()?, m.len())))
-            })
-            .collect()
+        let files = [Some(&f.cert), Some(&f.key), f.client_ca.as_ref()];
+        crate::stamp::of(files.into_iter().flatten().map(PathBuf::as_path))
     }
 }
 

@@ -77,7 +77,7 @@ pub(super) async fn lookup(
         Err(refused) => return refused,
     };
     s.counters.stats.lookup();
-    match counters::lookup(&s.limiter, &body).await {
+    match counters::lookup(&s.app, &body).await {
         Ok((peeked, doc)) => {
             let shown: Vec<String> = peeked
                 .descriptors
@@ -102,7 +102,7 @@ pub(super) async fn reset(
         Err(refused) => return refused,
     };
     s.counters.stats.lookup();
-    match counters::reset(&s.limiter, &s.counters, &body, &caller).await {
+    match counters::reset(&s.app, &s.counters, &body, &caller).await {
         // A reset that met no limit is not a success a script could
         // mistake: 404, with the lookup saying why.
         Ok(doc) if doc.get("reset") == Some(&Value::Bool(false)) => {

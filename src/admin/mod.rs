@@ -45,6 +45,7 @@ mod access;
 mod counters;
 mod usage;
 
+use crate::application::App;
 use crate::config::Reload;
 use crate::conn::{self, ConnBounds, Guarded, IdleBy};
 use crate::console::{self, Console};
@@ -52,13 +53,12 @@ use crate::counters::Counters;
 use crate::metrics::Listener;
 use crate::protojson;
 use crate::refusal::Refusal;
-use crate::service::RateLimiter;
 use access::guard;
 
 /// What the admin handlers share.
 #[derive(Clone)]
 pub struct AdminState {
-    pub limiter: RateLimiter,
+    pub app: App,
     /// Set once shutdown starts: `/readyz` then answers 503 so load balancers
     /// stop sending before the process goes.
     pub draining: Arc<AtomicBool>,
@@ -150,7 +150,7 @@ pub async fn run(
     limits: AdminBounds,
     token: CancellationToken,
 ) -> std::io::Result<()> {
-    let metrics = state.limiter.metrics().clone();
+    let metrics = state.app.metrics.clone();
     serve_bounded(listener, router(state), limits, metrics, token).await
 }
 
@@ -251,8 +251,8 @@ async fn console_style() -> Response {
 }
 
 async fn console_api(State(s): State<AdminState>) -> Response {
-    let status = overall(&s, s.limiter.store().health().healthy);
-    axum::Json(console::document(&s.console, &s.limiter, status)).into_response()
+    let status = overall(&s, s.app.store.health().healthy);
+    axum::Json(console::document(&s.console, &s.app, status)).into_response()
 }
 
 /// The reference's probe: 200 `OK`, or 500 with the reason.
@@ -264,7 +264,7 @@ async fn healthcheck(State(s): State<AdminState>) -> Response {
 }
 
 fn unhealthy(s: &AdminState) -> Option<&'static str> {
-    let store = s.limiter.store().health();
+    let store = s.app.store.health();
     let policy = s.healthcheck;
     if s.draining.load(Ordering::Relaxed) {
         Some("shutting down")
@@ -272,7 +272,7 @@ fn unhealthy(s: &AdminState) -> Option<&'static str> {
         Some("the store has not answered yet")
     } else if policy.needs_store_now && !store.healthy {
         Some("the store is down")
-    } else if policy.needs_rules && s.limiter.rules().current().rules.summary().is_empty() {
+    } else if policy.needs_rules && s.app.rules.current().rules.summary().is_empty() {
         Some("no rules loaded yet")
     } else {
         None
@@ -280,9 +280,9 @@ fn unhealthy(s: &AdminState) -> Option<&'static str> {
 }
 
 async fn readyz(State(s): State<AdminState>) -> Response {
-    let store = s.limiter.store().health();
-    let config = s.limiter.rules().status();
-    let loaded = s.limiter.rules().current();
+    let store = s.app.store.health();
+    let config = s.app.rules.status();
+    let loaded = s.app.rules.current();
     let draining = s.draining.load(Ordering::Relaxed);
     let status = overall(&s, store.healthy);
     let domains: Vec<_> = loaded
@@ -295,9 +295,9 @@ async fn readyz(State(s): State<AdminState>) -> Response {
         "status": status,
         "store": {"backend": store.backend, "in_use": store.in_use, "healthy": store.healthy, "detail": store.detail},
         "config": {
-            "source": if s.limiter.rules().xds_server().is_some() { "xds" } else { "files" },
-            "dir": s.limiter.rules().dir().display().to_string(),
-            "xds_server": s.limiter.rules().xds_server(),
+            "source": if s.app.rules.xds_server().is_some() { "xds" } else { "files" },
+            "dir": s.app.rules.dir().display().to_string(),
+            "xds_server": s.app.rules.xds_server(),
             "version": config.version,
             "generation": config.generation,
             "domains": domains,
@@ -306,9 +306,9 @@ async fn readyz(State(s): State<AdminState>) -> Response {
         // Quota mode: Envoy streams open here, and what sizes their shares
         // (the store, or the failure policy while it is down).
         "quota": {
-            "streams": s.limiter.metrics().quota_streams(),
+            "streams": s.app.metrics.quota_streams(),
             "shares_from": store.in_use,
-            "learning_seconds_left": s.limiter.metrics().quota_learning_left(),
+            "learning_seconds_left": s.app.metrics.quota_learning_left(),
         },
     });
     // A degraded limiter still answers: only shutdown takes it out of rotation.
@@ -323,13 +323,13 @@ async fn readyz(State(s): State<AdminState>) -> Response {
 async fn metrics(State(s): State<AdminState>) -> Response {
     (
         [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
-        s.limiter.metrics().render(),
+        s.app.metrics.render(),
     )
         .into_response()
 }
 
 async fn rlconfig(State(s): State<AdminState>) -> String {
-    let mut out = s.limiter.rules().current().rules.dump().join("\n");
+    let mut out = s.app.rules.current().rules.dump().join("\n");
     out.push('\n');
     out
 }
@@ -339,7 +339,7 @@ async fn json_decide(State(s): State<AdminState>, body: Bytes) -> Response {
         Ok(req) => req,
         Err(msg) => return Refusal::Invalid(msg).into_http(),
     };
-    match s.limiter.handle(req).await {
+    match s.app.limiter.handle(req).await {
         Ok(resp) => {
             let code = if resp.overall_code == 2 {
                 StatusCode::TOO_MANY_REQUESTS
@@ -353,7 +353,7 @@ async fn json_decide(State(s): State<AdminState>, body: Bytes) -> Response {
 }
 
 async fn reload(State(s): State<AdminState>) -> Response {
-    let rules = s.limiter.rules().clone();
+    let rules = s.app.rules.clone();
     match crate::config::watch::reload_behind(rules, "POST /reload").await {
         Some(Ok(Reload::Swapped {
             generation,
@@ -371,7 +371,7 @@ async fn reload(State(s): State<AdminState>) -> Response {
             axum::Json(json!({"status": "unchanged", "generation": generation})).into_response()
         }
         Some(Err(e)) => {
-            let generation = s.limiter.rules().status().generation;
+            let generation = s.app.rules.status().generation;
             let body =
                 json!({"status": "rejected", "generation": generation, "error": e.to_string()});
             (StatusCode::UNPROCESSABLE_ENTITY, axum::Json(body)).into_response()

@@ -22,7 +22,7 @@ pub(super) async fn usage(
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
     let now = crate::limiter::Now::wall_us() / 1_000_000;
-    let loaded = s.limiter.rules().snapshot();
+    let loaded = s.app.rules.snapshot();
     let Some(name) = q.get("domain") else {
         let domains: Vec<_> = loaded
             .rules

@@ -20,11 +20,11 @@ pub use commands::{advise, bench, check, counters, health};
 pub use error::AppError;
 pub(crate) use error::Context;
 
+use crate::application::App;
 use crate::cli::{LogFormat, ServeArgs};
 use crate::config::{LiveRules, LoadOptions};
 use crate::metrics::Metrics;
 use crate::server::{self, Listeners, ServeOptions};
-use crate::service::RateLimiter;
 use crate::statsd::{Mogrifier, StatsdConfig};
 use crate::telemetry::Telemetry;
 use crate::tls::Tls;
@@ -196,8 +196,13 @@ async fn serve_on(
 ) -> Result<(), AppError> {
     let store = store::build(&args.store, &metrics)?;
     let console = Arc::new(args.limits.console());
-    let limiter = RateLimiter::new(rules.clone(), store, metrics.clone(), args.settings())
-        .watched_by(console.clone());
+    let app = App::new(
+        rules.clone(),
+        store,
+        metrics.clone(),
+        args.settings(),
+        console.clone(),
+    );
     for (domain, count) in rules.current().rules.summary() {
         info!(domain, rules = count, "domain loaded");
     }
@@ -217,7 +222,7 @@ async fn serve_on(
         quota: args.quota.options(),
         xds: args.xds(),
     };
-    server::run(listeners, limiter, shutdown, opts, token).await?;
+    server::run(listeners, app, shutdown, opts, token).await?;
     if let Some(path) = &args.grpc_uds {
         // Ours, bound at startup: the next start finds no stale socket.
         let _ = std::fs::remove_file(path);

@@ -4,7 +4,6 @@
 //! error rather than a domain that silently disappears.
 
 use std::collections::HashSet;
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 
 use super::{ConfigError, LoadError};
@@ -100,22 +99,14 @@ fn is_yaml(path: &Path) -> bool {
 /// A cheap fingerprint of the directory from file metadata alone (paths, sizes,
 /// modification times, following symlinks), for polling between events.
 pub fn stat_fingerprint(dir: &Path, max_files: usize) -> u64 {
-    let mut hasher = DefaultHasher::new();
     let Ok(found) = find(dir, max_files) else {
         return 0;
     };
-    for f in found
+    let files = found
         .files
         .iter()
-        .chain(found.errors.iter().map(|e| &e.file))
-    {
-        f.hash(&mut hasher);
-        if let Ok(m) = std::fs::metadata(f) {
-            m.len().hash(&mut hasher);
-            m.modified().ok().hash(&mut hasher);
-        }
-    }
-    hasher.finish()
+        .chain(found.errors.iter().map(|e| &e.file));
+    crate::stamp::of(files.map(PathBuf::as_path))
 }
 
 #[cfg(test)]

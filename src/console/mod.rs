@@ -28,10 +28,11 @@ use history::Journal;
 pub(crate) use rates::GRAPHED;
 use rates::Rates;
 
+use crate::application::App;
 use crate::config::{LimitDef, Rule};
 use crate::key::CounterKey;
 use crate::limiter::{Now, Period};
-use crate::service::{OverLimitWatch, RateLimiter};
+use crate::service::OverLimitWatch;
 use top::WINDOW_SECONDS as TOP_KEYS_WINDOW_SECONDS;
 
 /// Slots of the top over-limit keys by default (`--console-top-keys`).
@@ -99,10 +100,10 @@ impl Console {
     }
 
     /// One sample of rates, store health and config.
-    pub fn sample(&self, limiter: &RateLimiter, now: u64) {
-        let loaded = limiter.rules().current();
-        let status = limiter.rules().status();
-        let health = limiter.store().health();
+    pub fn sample(&self, app: &App, now: u64) {
+        let loaded = app.rules.current();
+        let status = app.rules.status();
+        let health = app.store.health();
         let mut st = self.state.lock();
         let domains = loaded.rules.domains();
         let rules = domains.iter().enumerate().flat_map(|(di, (_, d))| {
@@ -161,10 +162,10 @@ impl Console {
     }
 
     /// The document `GET /api/console` answers.
-    pub fn snapshot(&self, limiter: &RateLimiter, status: &str, now: u64) -> Value {
-        let loaded = limiter.rules().current();
-        let config = limiter.rules().status();
-        let health = limiter.store().health();
+    pub fn snapshot(&self, app: &App, status: &str, now: u64) -> Value {
+        let loaded = app.rules.current();
+        let config = app.rules.status();
+        let health = app.store.health();
         let st = self.state.lock();
         let domains = shown(&st.rates, &loaded);
         let top: Vec<Value> = self
@@ -173,7 +174,7 @@ impl Console {
             .into_iter()
             .map(|k| json!({"key": k.key, "over_limit": k.over_limit}))
             .collect();
-        let rules = limiter.rules();
+        let rules = &app.rules;
         json!({
             "version": env!("CARGO_PKG_VERSION"),
             "now": now,
@@ -201,7 +202,7 @@ impl Console {
             "domains": domains,
             "graphs": {"rules_without": st.rates.ungraphed},
             "top_keys": {"window_seconds": TOP_KEYS_WINDOW_SECONDS, "keys": top},
-            "quota": {"streams": limiter.metrics().quota_streams()},
+            "quota": {"streams": app.metrics.quota_streams()},
         })
     }
 }
@@ -284,14 +285,14 @@ fn describe(limit: &LimitDef) -> (String, &'static str) {
 }
 
 /// Samples once a second until `token` is cancelled.
-pub async fn run(console: Arc<Console>, limiter: RateLimiter, token: CancellationToken) {
+pub async fn run(console: Arc<Console>, app: App, token: CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
             _ = tick.tick() => {
                 // A walk of every rule (a million: milliseconds): off the
                 // runtime threads that answer requests.
-                let (c, l) = (console.clone(), limiter.clone());
+                let (c, l) = (console.clone(), app.clone());
                 let _ = tokio::task::spawn_blocking(move || c.sample(&l, Now::wall().0)).await;
             }
             () = token.cancelled() => return,
@@ -300,6 +301,6 @@ pub async fn run(console: Arc<Console>, limiter: RateLimiter, token: Cancellatio
 }
 
 /// The console's document as of now.
-pub fn document(console: &Console, limiter: &RateLimiter, status: &str) -> Value {
-    console.snapshot(limiter, status, Now::wall().0)
+pub fn document(console: &Console, app: &App, status: &str) -> Value {
+    console.snapshot(app, status, Now::wall().0)
 }

@@ -6,7 +6,6 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
@@ -33,11 +32,11 @@ impl Caller {
     }
 }
 
-/// The token file as last read: its modification time and length (what
-/// tells a rewrite) and the token in it.
+/// The token file as last read: its [stamp](crate::stamp) (what tells a
+/// rewrite) and the token in it.
 #[derive(Debug, Default)]
 struct Read {
-    seen: Option<(SystemTime, u64)>,
+    seen: Option<u64>,
     token: Option<String>,
 }
 
@@ -103,18 +102,15 @@ impl AdminToken {
 }
 
 /// The token file's stamp and token when its stamp is not `seen`.
-type Fresh = Option<((SystemTime, u64), Option<String>)>;
+type Fresh = Option<(u64, Option<String>)>;
 
-fn read_if_changed(path: &Path, seen: Option<(SystemTime, u64)>) -> Result<Fresh, String> {
-    let meta = std::fs::metadata(path)
-        .map_err(|e| format!("--admin-token-file {}: {e}", path.display()))?;
-    let stamp = (
-        meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
-        meta.len(),
-    );
+fn read_if_changed(path: &Path, seen: Option<u64>) -> Result<Fresh, String> {
+    let stamp = crate::stamp::of([path]);
     if seen == Some(stamp) {
         return Ok(None);
     }
+    let meta = std::fs::metadata(path)
+        .map_err(|e| format!("--admin-token-file {}: {e}", path.display()))?;
     if meta.len() > MAX_TOKEN_BYTES {
         return Err(format!(
             "--admin-token-file {} is over {MAX_TOKEN_BYTES} bytes",

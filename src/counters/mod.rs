@@ -16,9 +16,11 @@ pub(crate) mod stats;
 use serde_json::{Value, json};
 use tracing::info;
 
+use crate::application::App;
 use crate::config::{Explanation, How};
 use crate::limiter::{Decision, Tally};
-use crate::service::{Peeked, PeekedDescriptor, PeekedLimit, RateLimiter, ServiceError};
+use crate::service::{Peeked, PeekedDescriptor, PeekedLimit, ServiceError};
+use crate::store::Store;
 
 pub(crate) use auth::{AdminToken, Caller};
 pub(crate) use stats::CounterStats;
@@ -61,10 +63,7 @@ pub(crate) struct Counters {
 }
 
 /// Looks `body` (protojson `RateLimitRequest`) up; spends nothing.
-pub(crate) async fn lookup(
-    limiter: &RateLimiter,
-    body: &[u8],
-) -> Result<(Peeked, Value), CountersError> {
+pub(crate) async fn lookup(app: &App, body: &[u8]) -> Result<(Peeked, Value), CountersError> {
     let req = crate::protojson::parse_request(body).map_err(CountersError::Invalid)?;
     // A descriptor with no entries meets no limit: asking for it is a
     // mistake to name, never a reset that quietly does nothing.
@@ -74,28 +73,28 @@ pub(crate) async fn lookup(
             i + 1
         )));
     }
-    let req = limiter.counters_request(req)?;
-    let peeked = limiter.peek(req).await?;
+    let req = app.limiter.counters_request(req)?;
+    let peeked = app.limiter.peek(req).await?;
     if !peeked.domain_known {
         return Err(CountersError::Invalid(format!(
             "domain {:?} has no rules loaded",
             peeked.request.domain
         )));
     }
-    let doc = document(limiter, &peeked);
+    let doc = document(app.store.as_ref(), &peeked);
     Ok((peeked, doc))
 }
 
 /// Empties every counter `body`'s descriptors use; answers what each held,
 /// and how many were emptied (`counters_reset`, `reset` false when none).
 pub(crate) async fn reset(
-    limiter: &RateLimiter,
+    app: &App,
     counters: &Counters,
     body: &[u8],
     caller: &Caller,
 ) -> Result<Value, CountersError> {
-    let (peeked, mut doc) = lookup(limiter, body).await?;
-    limiter
+    let (peeked, mut doc) = lookup(app, body).await?;
+    app.limiter
         .reset(&peeked)
         .await
         .map_err(|e| CountersError::Store(e.to_string()))?;
@@ -128,9 +127,9 @@ pub(crate) async fn reset(
 }
 
 /// The lookup as JSON.
-fn document(limiter: &RateLimiter, p: &Peeked) -> Value {
+fn document(store: &dyn Store, p: &Peeked) -> Value {
     let domain = p.rules.rules.domain(&p.request.domain);
-    let store = limiter.store().health();
+    let store = store.health();
     let descriptors: Vec<Value> = p
         .descriptors
         .iter()

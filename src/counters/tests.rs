@@ -2,7 +2,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::config::{LiveRules, LoadOptions};
-use crate::service::Settings;
+use crate::service::{RateLimiter, Settings};
 use crate::store::MemoryStore;
 
 const RULE: &str =
@@ -19,7 +19,7 @@ async fn a_lookup_explains_by_the_rules_it_counted_by() {
     let live =
         Arc::new(LiveRules::load(dir.path(), LoadOptions::default(), metrics.clone()).unwrap());
     let store = Arc::new(MemoryStore::with_capacity(100));
-    let limiter = RateLimiter::new(live.clone(), store, metrics, Settings::default());
+    let limiter = RateLimiter::new(live.clone(), store.clone(), metrics, Settings::default());
     let body = br#"{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}"#;
     let req = crate::protojson::parse_request(body).unwrap();
     let peeked = limiter
@@ -29,6 +29,6 @@ async fn a_lookup_explains_by_the_rules_it_counted_by() {
     assert_eq!(peeked.descriptors[0].limits.len(), 1, "counted by rule k");
     std::fs::write(&file, RULE.replace("KEY", "other")).unwrap();
     live.reload("test").unwrap();
-    let doc = document(&limiter, &peeked);
+    let doc = document(store.as_ref(), &peeked);
     assert_eq!(doc["descriptors"][0]["match"]["rule"], "k", "{doc:#}");
 }

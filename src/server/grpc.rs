@@ -13,10 +13,10 @@ use tracing::info;
 
 use super::edge::Edge;
 use super::{GrpcListener, ServeOptions};
+use crate::application::App;
 use crate::conn::{self, BodyBudget, BodyWatch, ConnBounds, Guarded, IdleBy};
 use crate::metrics::{Listener, Metrics};
 use crate::quota::QuotaService;
-use crate::service::RateLimiter;
 use crate::tls;
 
 /// The gRPC server, plain or TLS, as one type.
@@ -25,21 +25,21 @@ type GrpcFuture =
 
 /// The services, each behind its guard, with the HTTP/2 bounds.
 pub(super) fn router(
-    limiter: &RateLimiter,
+    app: &App,
     health: HealthServer<impl Health>,
     opts: &ServeOptions,
     token: &CancellationToken,
 ) -> Router {
     let quota = QuotaService::new(
-        limiter.rules().clone(),
-        limiter.store().clone(),
-        limiter.metrics().clone(),
+        app.rules.clone(),
+        app.store.clone(),
+        app.metrics.clone(),
         opts.quota,
-        limiter.global_shadow(),
+        app.limiter.global_shadow(),
         token.clone(),
     );
     let g = &opts.grpc;
-    let metrics = limiter.metrics();
+    let metrics = &app.metrics;
     tonic::transport::Server::builder()
         .max_concurrent_streams(g.max_streams)
         .http2_keepalive_interval(Some(g.keepalive_interval))
@@ -51,7 +51,7 @@ pub(super) fn router(
         .http2_max_pending_accept_reset_streams(Some(g.max_pending_resets))
         .add_service(health)
         .add_service(Edge {
-            inner: RateLimitServiceServer::new(limiter.clone())
+            inner: RateLimitServiceServer::new(app.limiter.clone())
                 .max_decoding_message_size(opts.max_request_bytes),
             metrics: metrics.clone(),
             watch: BodyWatch::Unary(BodyBudget::new(

@@ -14,10 +14,10 @@ use tonic_health::pb::health_server::{Health, HealthServer};
 use tracing::{info, warn};
 
 use crate::admin::{self, AdminBounds, AdminState, HealthcheckPolicy};
+use crate::application::App;
 use crate::config::xds::XdsConfig;
 use crate::console::Console;
 use crate::quota::{self, QuotaOptions};
-use crate::service::RateLimiter;
 use crate::statsd::StatsdConfig;
 use crate::tls::Tls;
 
@@ -105,7 +105,7 @@ pub struct ServeOptions {
 /// in one task set that obeys the same token and is awaited before returning.
 pub async fn run(
     listeners: Listeners,
-    limiter: RateLimiter,
+    app: App,
     shutdown: impl Future<Output = ()> + Send + 'static,
     opts: ServeOptions,
     token: CancellationToken,
@@ -113,31 +113,24 @@ pub async fn run(
     let draining = Arc::new(AtomicBool::new(false));
     let (health, stopper) = health(shutdown, draining.clone(), token.clone()).await;
     let console = opts.console.clone();
-    let tasks = tasks::spawn(&limiter, &opts, &console, &token);
-    tasks::reference_metrics(&tasks, listeners.reference_metrics, &limiter, &opts, &token);
+    let tasks = tasks::spawn(&app, &opts, &console, &token);
+    tasks::reference_metrics(&tasks, listeners.reference_metrics, &app, &opts, &token);
     info!(
         grpc_addr = %listeners.grpc.describe()?,
         admin_addr = %admin_addrs(&listeners.admin)?,
-        config = %limiter.rules().dir().display(),
-        store = limiter.store().health().backend,
+        config = %app.rules.dir().display(),
+        store = app.store.health().backend,
         "sluice listening"
     );
-    let router = grpc::router(&limiter, health, &opts, &token);
-    let grpc = grpc::serve(
-        listeners.grpc,
-        router,
-        &opts,
-        limiter.metrics(),
-        &tasks,
-        &token,
-    );
+    let router = grpc::router(&app, health, &opts, &token);
+    let grpc = grpc::serve(listeners.grpc, router, &opts, &app.metrics, &tasks, &token);
     let counters = Arc::new(crate::counters::Counters {
         token: crate::counters::AdminToken::new(opts.admin.access.token_file.clone()),
         stats: Arc::default(),
     });
-    limiter.metrics().register(Box::new(counters.stats.clone()));
+    app.metrics.register(Box::new(counters.stats.clone()));
     let state = AdminState {
-        limiter,
+        app,
         draining,
         access: Arc::new(opts.admin.access.clone()),
         healthcheck: opts.healthcheck,

@@ -10,38 +10,34 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::ServeOptions;
+use crate::application::App;
 use crate::config::{watch, xds};
 use crate::console::{self, Console};
 use crate::limiter::Now;
-use crate::service::RateLimiter;
 use crate::statsd;
 
 /// Spawns every background task into one set; close and wait on it after
 /// the servers have drained.
 pub(super) fn spawn(
-    limiter: &RateLimiter,
+    app: &App,
     opts: &ServeOptions,
     console: &Arc<Console>,
     token: &CancellationToken,
 ) -> TaskTracker {
     let tasks = TaskTracker::new();
-    tasks.spawn(sweep(limiter.clone(), token.clone()));
-    tasks.spawn(console::run(
-        console.clone(),
-        limiter.clone(),
-        token.clone(),
-    ));
+    tasks.spawn(sweep(app.clone(), token.clone()));
+    tasks.spawn(console::run(console.clone(), app.clone(), token.clone()));
     if let Some(cfg) = opts.statsd.clone() {
-        tasks.spawn(statsd::run(cfg, limiter.metrics().clone(), token.clone()));
+        tasks.spawn(statsd::run(cfg, app.metrics.clone(), token.clone()));
     }
-    if let Some(prober) = limiter.store().clone().background(token.clone()) {
+    if let Some(prober) = app.store.clone().background(token.clone()) {
         tasks.spawn(prober);
     }
     // Under xDS the files watched are --xds-overlay's, when it is given.
-    let watch_files = opts.watch_config && !limiter.rules().dir().as_os_str().is_empty();
-    tasks.spawn(watch::Watch::start(limiter.rules().clone(), watch_files).run(token.clone()));
+    let watch_files = opts.watch_config && !app.rules.dir().as_os_str().is_empty();
+    tasks.spawn(watch::Watch::start(app.rules.clone(), watch_files).run(token.clone()));
     if let Some(cfg) = opts.xds.clone() {
-        tasks.spawn(xds::run(cfg, limiter.rules().clone(), token.clone()));
+        tasks.spawn(xds::run(cfg, app.rules.clone(), token.clone()));
     }
     tasks
 }
@@ -53,14 +49,14 @@ pub(super) fn reference_metrics(
         tokio::net::TcpListener,
         Arc<crate::reference_metrics::Mapper>,
     )>,
-    limiter: &RateLimiter,
+    app: &App,
     opts: &ServeOptions,
     token: &CancellationToken,
 ) {
     if let Some((listener, mapper)) = served {
         tasks.spawn(crate::reference_metrics::serve(
             listener,
-            limiter.metrics().clone(),
+            app.metrics.clone(),
             mapper,
             opts.admin.clone(),
             token.clone(),
@@ -75,28 +71,28 @@ const PRUNE_AFTER_LOAD: u32 = 15;
 /// Frees ended windows once a second so memory follows live keys, drops
 /// the metric series of rules no longer in force, and publishes how many
 /// counters live in memory.
-async fn sweep(limiter: RateLimiter, token: CancellationToken) {
+async fn sweep(app: App, token: CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut generation = 0;
     let mut prune_for = 0;
     loop {
         tokio::select! {
             _ = tick.tick() => {
-                let store = limiter.store();
+                let store = &app.store;
                 store.sweep(Now::wall());
                 let c = store.counters();
-                limiter.metrics().counters(c.live, c.evictions);
+                app.metrics.counters(c.live, c.evictions);
                 // Only a load makes series stale, and pruning walks every
                 // rule: each second for a while after a load (old rules are
                 // freed once no request or reader holds them), then not.
-                let now = limiter.rules().status().generation;
+                let now = app.rules.status().generation;
                 if now != generation {
                     generation = now;
                     prune_for = PRUNE_AFTER_LOAD;
                 }
                 if prune_for > 0 {
                     prune_for -= 1;
-                    limiter.metrics().prune_rules();
+                    app.metrics.prune_rules();
                 }
             }
             () = token.cancelled() => return,
