@@ -11,7 +11,7 @@ WORKDIR /src
 # only sluice. The stubs stand in for the crate while its dependencies build.
 COPY Cargo.toml Cargo.lock ./
 COPY benches benches
-# The workspace's own crates (small, and below everything else).
+# The workspace's own crates (below everything else).
 COPY crates crates
 RUN mkdir -p src examples && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
     && echo 'fn main() {}' > examples/noop_rls.rs

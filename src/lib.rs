@@ -49,10 +49,10 @@ pub(crate) mod counters;
 pub(crate) mod envoy_check;
 pub mod fuzzing;
 pub(crate) mod health_probe;
-pub(crate) mod hex;
-pub(crate) mod key;
+pub(crate) use sluice_core::hex;
 /// Pure decisions, from the core crate (`crates/core`).
 pub use sluice_core::limiter;
+pub(crate) use sluice_store::key;
 pub(crate) mod loadgen;
 pub mod metrics;
 pub mod privacy;
@@ -68,8 +68,9 @@ pub(crate) mod server;
 pub mod service;
 pub(crate) mod stamp;
 pub(crate) mod statsd;
-pub mod store;
+/// The counter stores and their safety net, from the store crate (`crates/store`).
+pub use sluice_store as store;
 pub(crate) mod telemetry;
-mod text;
+use sluice_core::text;
 pub(crate) mod tls;
 pub(crate) mod usage;

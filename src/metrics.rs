@@ -98,16 +98,6 @@ pub enum Listener {
     Admin,
 }
 
-/// How a call to the shared store ended.
-#[derive(Debug, Clone, Copy)]
-pub enum StoreCall {
-    Ok,
-    Timeout,
-    Error,
-    /// The store refused one request's counter (not a store fault).
-    Rejected,
-}
-
 impl Metrics {
     /// Metrics under other bounds than the defaults.
     pub fn with_limits(limits: MetricBounds) -> Metrics {
@@ -201,16 +191,6 @@ impl Metrics {
         self.service.config_load(result);
     }
 
-    /// Records one call to the shared store (Redis).
-    pub fn store_call(&self, call: StoreCall, took: Duration) {
-        self.store.call(call, took);
-    }
-
-    /// Records that the breaker opened; `total` is its opens since start.
-    pub fn circuit_trip(&self, total: u64) {
-        self.store.trips.store(total, Relaxed);
-    }
-
     /// Live in-memory counters and evictions so far (from the sweeper).
     pub fn counters(&self, live: u64, evictions: u64) {
         self.store.counters_live.store(live, Relaxed);
@@ -241,33 +221,6 @@ impl Metrics {
     pub fn accept_error(&self) {
         self.conn.accept_errors.fetch_add(1, Relaxed);
     }
-
-    /// Counts descriptors decided by a failure policy (the server's, or a
-    /// rule's `on_store_failure`).
-    pub fn policy_decisions(&self, policy: &str, n: u64) {
-        self.store.policy_decisions(policy, n);
-    }
-
-    /// Records whether the store's circuit breaker is open.
-    pub fn circuit(&self, open: bool) {
-        self.store.circuit_open.store(u64::from(open), Relaxed);
-    }
-
-    /// Counts descriptors answered from leased allowance, and chunks taken.
-    pub fn allowance(&self, answered: u64, leases: u64) {
-        self.store.allowance_answers.fetch_add(answered, Relaxed);
-        self.store.allowance_leases.fetch_add(leases, Relaxed);
-    }
-
-    /// Counts leased hits never spent (given up when their lease lapsed).
-    pub fn allowance_stranded(&self, hits: u64) {
-        self.store.allowance_stranded.fetch_add(hits, Relaxed);
-    }
-
-    /// Counts descriptors answered from the local over-limit cache.
-    pub fn local_cache_hits(&self, n: u64) {
-        self.store.local_cache_hits.fetch_add(n, Relaxed);
-    }
 }
 
 mod bounds;
@@ -282,6 +235,7 @@ mod store;
 pub use crate::limiter::StatDelta;
 use crate::rule_stats::RuleCounters;
 pub use crate::rule_stats::RuleStats;
+pub use crate::store::StoreCall;
 pub use bounds::Bound;
 use bounds::BoundCounters;
 use conn::ConnMetrics;

@@ -41,7 +41,7 @@ pub(crate) fn build(args: &StoreArgs, metrics: &Arc<Metrics>) -> Result<Arc<dyn 
         pool_size: args.redis_pool_size,
         cluster_max_in_flight: usize::try_from(args.redis_cluster_max_in_flight).unwrap_or(256),
         prefix: args.cache_key_prefix.clone(),
-        key_format: args.key_format,
+        key_format: args.key_format.into(),
         connect_timeout: Duration::from_secs(1),
         tls: (args.redis_tls_ca.is_some() || args.redis_tls_cert.is_some()).then(|| RedisTls {
             ca: args.redis_tls_ca.clone(),

@@ -10,6 +10,49 @@ use super::parse_duration;
 use crate::store::redis::KeyFormat;
 use crate::store::{DEFAULT_MAX_COUNTERS, FailurePolicy, ResilientOptions};
 
+/// `--key-format`'s values, as clap names them: the store's [`KeyFormat`]
+/// (the stores know no command line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum KeyFormatArg {
+    /// `<prefix><domain>:<UNIT>:<window start>:<sha256 of domain, unit and
+    /// entries>`: collision-free, and no descriptor value appears in clear.
+    Sluice,
+    /// envoyproxy/ratelimit's `<prefix><domain>_<k1>_<v1>_..._<window start>`,
+    /// to share counters with a fleet of the reference during a migration.
+    Envoyproxy,
+}
+
+impl From<KeyFormatArg> for KeyFormat {
+    fn from(a: KeyFormatArg) -> KeyFormat {
+        match a {
+            KeyFormatArg::Sluice => KeyFormat::Sluice,
+            KeyFormatArg::Envoyproxy => KeyFormat::Envoyproxy,
+        }
+    }
+}
+
+/// `--store-failure`'s values, as clap names them: the store's
+/// [`FailurePolicy`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum FailurePolicyArg {
+    /// Count in this process's memory: limits stay enforced per instance.
+    Fallback,
+    /// Admit.
+    Allow,
+    /// Answer OVER_LIMIT.
+    Deny,
+}
+
+impl From<FailurePolicyArg> for FailurePolicy {
+    fn from(a: FailurePolicyArg) -> FailurePolicy {
+        match a {
+            FailurePolicyArg::Fallback => FailurePolicy::Fallback,
+            FailurePolicyArg::Allow => FailurePolicy::Allow,
+            FailurePolicyArg::Deny => FailurePolicy::Deny,
+        }
+    }
+}
+
 /// Where counters live: memory (the default) or Redis.
 #[derive(Args, Clone)]
 pub struct StoreArgs {
@@ -78,11 +121,11 @@ pub struct StoreArgs {
     pub(crate) cache_key_prefix: String,
     /// Redis key layout: sluice (collision-free, values hashed) or envoyproxy
     /// (the reference's keys, to share counters during a migration).
-    #[arg(long, env = "SLUICE_KEY_FORMAT", value_enum, default_value_t = KeyFormat::Sluice)]
-    pub(crate) key_format: KeyFormat,
+    #[arg(long, env = "SLUICE_KEY_FORMAT", value_enum, default_value_t = KeyFormatArg::Sluice)]
+    pub(crate) key_format: KeyFormatArg,
     /// What decides when Redis fails or times out.
-    #[arg(long, env = "SLUICE_STORE_FAILURE", value_enum, default_value_t = FailurePolicy::Fallback)]
-    pub(crate) store_failure: FailurePolicy,
+    #[arg(long, env = "SLUICE_STORE_FAILURE", value_enum, default_value_t = FailurePolicyArg::Fallback)]
+    pub(crate) store_failure: FailurePolicyArg,
     /// Counters remembered as over their limit (answered without Redis); 0 disables.
     #[arg(long, env = "SLUICE_LOCAL_CACHE_SIZE", default_value_t = 100_000)]
     pub(crate) local_cache_size: usize,
@@ -114,12 +157,12 @@ impl StoreArgs {
     /// shared key ahead of the hits, and a reference instance reading that
     /// key during a migration would refuse early. Its counters hold the hits.
     pub(crate) fn leases_allowance(&self) -> bool {
-        self.leased_allowance && self.key_format != KeyFormat::Envoyproxy
+        self.leased_allowance && self.key_format != KeyFormatArg::Envoyproxy
     }
 
     pub(crate) fn resilient_options(&self) -> ResilientOptions {
         ResilientOptions {
-            policy: self.store_failure,
+            policy: self.store_failure.into(),
             timeout: self.redis_timeout,
             cache_size: self.local_cache_size,
             max_counters: self.max_counters,

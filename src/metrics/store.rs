@@ -7,9 +7,11 @@ use std::time::Duration;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 
+use super::bounds::Bound;
 use super::service::gauge_value;
 use super::stats::Histogram;
-use super::{StoreCall, encode};
+use super::{Metrics, StoreCall, encode};
+use crate::store::StoreObserver;
 
 /// The failure policies, in the order of [`StoreMetrics::policy_decisions`].
 const POLICIES: [&str; 3] = ["fallback", "allow", "deny"];
@@ -49,6 +51,47 @@ impl StoreMetrics {
         if let Some(c) = self.policy_decisions.get(i) {
             c.fetch_add(n, Relaxed);
         }
+    }
+}
+
+/// The store's safety net tells the metrics what it did; it reads nothing
+/// back, and the stores know no metrics library.
+impl StoreObserver for Metrics {
+    fn store_call(&self, call: StoreCall, took: Duration) {
+        self.store.call(call, took);
+    }
+
+    fn circuit(&self, open: bool) {
+        self.store.circuit_open.store(u64::from(open), Relaxed);
+    }
+
+    fn circuit_trip(&self, total: u64) {
+        self.store.trips.store(total, Relaxed);
+    }
+
+    fn policy_decisions(&self, policy: &str, n: u64) {
+        self.store.policy_decisions(policy, n);
+    }
+
+    fn allowance(&self, answered: u64, leases: u64) {
+        self.store.allowance_answers.fetch_add(answered, Relaxed);
+        self.store.allowance_leases.fetch_add(leases, Relaxed);
+    }
+
+    fn allowance_stranded(&self, hits: u64) {
+        self.store.allowance_stranded.fetch_add(hits, Relaxed);
+    }
+
+    fn local_cache_hits(&self, n: u64) {
+        self.store.local_cache_hits.fetch_add(n, Relaxed);
+    }
+
+    fn abandoned(&self) {
+        self.bound_hit(Bound::Abandoned, 1);
+    }
+
+    fn shed(&self) -> bool {
+        self.bound_hit(Bound::Shed, 1)
     }
 }
 

@@ -6,6 +6,7 @@
 //! - [`limiter`]: pure decisions (windows, hits, statuses, Retry-After).
 //! - [`rule_stats`]: the counters a rule counts into, and [`usage`]: how
 //!   keys use each limit (levels, history, what a limit would refuse).
+//! - [`hex`] and [`text`]: lowercase hex, and outside text cut to a bound.
 
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
@@ -20,6 +21,8 @@
     )
 )]
 
+pub mod hex;
 pub mod limiter;
 pub mod rule_stats;
+pub mod text;
 pub mod usage;

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use super::Resilient;
-use crate::store::{Increment, StoreError};
+use crate::{Increment, StoreError};
 
 /// The least a reset may wait for the store: it is an operator's call, not
 /// a request on the hot path, so a short `--redis-timeout` does not cut it.

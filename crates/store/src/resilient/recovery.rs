@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use super::{Down, PROBE_MAX, Resilient, Verdict};
-use crate::store::{StoreError, StoreHealth};
+use crate::{StoreError, StoreHealth};
 
 /// Bytes of a store's reason kept for the log and `/readyz` (Redis's own
 /// protected-mode refusal is about 1,100).
@@ -27,7 +27,7 @@ impl Resilient {
             return;
         }
         self.open.store(true, Relaxed);
-        self.metrics.circuit_trip(breaker.trips());
+        self.observer.circuit_trip(breaker.trips());
         drop(breaker);
         error!(
             store = %self.primary.describe(),
@@ -40,7 +40,7 @@ impl Resilient {
             since: std::time::Instant::now(),
             reason,
         };
-        self.metrics.circuit(true);
+        self.observer.circuit(true);
         self.wake.notify_one();
     }
 
@@ -124,7 +124,7 @@ impl Resilient {
         self.reached.store(true, Relaxed);
         self.breaker.lock().close(Instant::now());
         self.open.store(false, Relaxed);
-        self.metrics.circuit(false);
+        self.observer.circuit(false);
         if first {
             info!(store = %self.primary.describe(), "store connected");
         } else {

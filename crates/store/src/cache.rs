@@ -292,7 +292,7 @@ mod tests {
 
     #[derive(Debug)]
     struct Listener;
-    impl crate::store::CountedLate for Listener {
+    impl crate::CountedLate for Listener {
         fn counted_late(&self, _: &Increment, _: Tally) {}
     }
 

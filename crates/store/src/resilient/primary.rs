@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
+use crate::demand::{DemandUpdate, MemberDemand};
 use crate::limiter::Tally;
-use crate::store::demand::{DemandUpdate, MemberDemand};
-use crate::store::{BoxFuture, Increment, StoreError};
+use crate::{BoxFuture, Increment, StoreError};
 
 /// The shared store behind the safety net (Redis, or a fake in tests).
 pub trait Primary: Send + Sync + 'static {

@@ -3,8 +3,8 @@
 //! time and the tokens its key asked for in the window.
 
 use super::{BUCKET, Slot, secs};
+use crate::Increment;
 use crate::limiter::{Algorithm, Tally};
-use crate::store::Increment;
 
 /// One increment on its slot, by the rule's algorithm.
 pub(super) fn apply(slot: &mut Slot, inc: &Increment, now_us: u64) -> Tally {

@@ -3,7 +3,7 @@
 
 /// Cuts `s` to at most `max` bytes, at a character boundary; whether it was
 /// cut.
-pub(crate) fn cut(s: &mut String, max: usize) -> bool {
+pub fn cut(s: &mut String, max: usize) -> bool {
     if s.len() <= max {
         return false;
     }

@@ -6,8 +6,8 @@ use std::sync::Mutex as StdMutex;
 use std::sync::atomic::AtomicUsize;
 
 use super::*;
+use crate::CounterKey;
 use crate::limiter::{Unit, Window};
-use crate::store::CounterKey;
 
 /// How the fake answers an increment.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -134,7 +134,7 @@ fn net_with(fake: &Arc<Fake>, policy: FailurePolicy, cache_size: usize) -> Arc<R
             allowance_keys: 1000,
             allowance_max_chunk: 4096,
         },
-        Arc::new(Metrics::default()),
+        Arc::new(crate::Unobserved),
     ))
 }
 

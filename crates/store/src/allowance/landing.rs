@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use super::Allowance;
 use crate::limiter::Tally;
-use crate::store::{CounterKey, Increment};
+use crate::{CounterKey, Increment};
 
 impl Allowance {
     /// `tally`, the store's plain answer for `inc`; a refusal while a take

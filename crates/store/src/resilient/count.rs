@@ -6,9 +6,9 @@
 use tokio::time::Instant;
 
 use super::{Resilient, Undecided};
+use crate::allowance::Plan;
 use crate::limiter::{Decision, Now, Tally};
-use crate::store::allowance::Plan;
-use crate::store::{Increment, StoreError};
+use crate::{Increment, StoreError};
 
 /// How one increment of a batch goes.
 #[derive(Debug, Clone, Copy)]
@@ -106,10 +106,10 @@ impl Resilient {
             }
         }
         if cached > 0 {
-            self.metrics.local_cache_hits(cached);
+            self.observer.local_cache_hits(cached);
         }
         if leased > 0 || takes > 0 {
-            self.metrics.allowance(leased, takes as u64);
+            self.observer.allowance(leased, takes as u64);
         }
     }
 

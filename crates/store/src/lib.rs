@@ -1,5 +1,25 @@
 //! Counter stores behind one small trait: each increments a batch of fixed-window
 //! counters and returns the counts after the increment, atomically per counter.
+//!
+//! The crate `sluice-store`, above the core (`sluice-core`) and below the
+//! server: it knows the core's decisions and nothing of rules, protobuf or
+//! metrics (it tells a [`StoreObserver`]). `sluice` re-exports it as
+//! `sluice::store`.
+
+#![forbid(unsafe_code)]
+#![deny(rust_2018_idioms)]
+// A request must never panic: no unwrap, expect or unchecked indexing outside tests.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic
+    )
+)]
+
+pub(crate) use sluice_core::{hex, limiter, text};
 
 mod allowance;
 mod batch;
@@ -9,9 +29,11 @@ mod calls;
 mod coalesce;
 pub mod demand;
 mod io_thread;
+pub mod key;
 mod lag;
 pub mod memcache;
 mod memory;
+mod observe;
 mod policy;
 mod pool;
 pub mod redis;
@@ -24,9 +46,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-pub use crate::key::{CounterKey, KeySpace};
 pub use cache::OverLimitCache;
+pub use key::{CounterKey, KeySpace};
 pub use memory::{DEFAULT_MAX_COUNTERS, MemoryStore};
+pub use observe::{StoreCall, StoreObserver, Unobserved};
 pub use policy::{FailurePolicy, shed};
 pub use resilient::{Primary, Resilient, ResilientOptions};
 
@@ -84,6 +107,18 @@ pub struct Increment {
 /// of who listens.
 pub trait CountedLate: Send + Sync + std::fmt::Debug {
     fn counted_late(&self, inc: &Increment, tally: Tally);
+}
+
+/// A shadow-mode rule's hits answered from the over-limit cache reach its
+/// usage (the core's) when the store has counted them.
+impl CountedLate for sluice_core::rule_stats::RuleStats {
+    fn counted_late(&self, inc: &Increment, tally: Tally) {
+        if let Some((before, after, hits)) = sluice_core::usage::crossing(tally, inc.hits, false) {
+            let window = inc.window.period.seconds();
+            self.usage
+                .record(window, inc.at_us / 1_000_000, before, after, hits);
+        }
+    }
 }
 
 impl Increment {

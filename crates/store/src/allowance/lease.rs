@@ -1,8 +1,8 @@
 //! One instance's lease of a counter: the positions it may give, and what
 //! sizes its next chunk.
 
+use crate::Increment;
 use crate::limiter::{WindowStart, clock};
-use crate::store::Increment;
 
 /// Positions leased of one counter, or the last plain answer for it.
 #[derive(Debug, Clone, Copy)]

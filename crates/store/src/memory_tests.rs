@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use super::*;
+use crate::CounterKey;
 use crate::limiter::Window;
-use crate::store::CounterKey;
 
 fn inc(v: &str, now: u64) -> Increment {
     Increment::test_hit(v, 100, now * 1_000_000)
@@ -88,7 +88,7 @@ fn counts_per_key_and_restarts_each_window() {
 
 fn shaped(v: &str, algorithm: Algorithm, now: u64) -> Increment {
     let period = crate::limiter::Period::Seconds(10);
-    let space = crate::store::KeySpace { period, algorithm };
+    let space = crate::KeySpace { period, algorithm };
     Increment {
         key: CounterKey::new("d", space, [("k", v)]),
         window: Window::containing(period, Now(now)),
@@ -184,7 +184,7 @@ fn exact_under_concurrency() {
 mod sliding_worst_case {
     use super::*;
     use crate::limiter::{Counted, Period, Unit, Window, status};
-    use crate::store::{CounterKey, KeySpace};
+    use crate::{CounterKey, KeySpace};
 
     #[test]
     fn over_any_span_it_admits_at_most_limit_times_one_plus_span_over_window() {

@@ -1,8 +1,8 @@
 //! Key rendering, masking and seeds.
 
 use super::*;
+use crate::CounterKey;
 use crate::limiter::{Algorithm, Now, Unit, Window};
-use crate::store::CounterKey;
 
 #[test]
 fn passwords_are_masked() {

@@ -5,12 +5,12 @@ use std::fmt::{self, Write as _};
 
 use sha2::{Digest, Sha256};
 
+use crate::CounterKey;
 use crate::hex::push_hex;
 use crate::limiter::Algorithm;
-use crate::store::CounterKey;
 
 /// How counter keys are written in Redis (`--key-format`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum KeyFormat {
     /// `<prefix><domain>:<UNIT>:<window start>:<sha256 of domain, unit and
     /// entries>`: collision-free, and no descriptor value appears in clear.

@@ -36,7 +36,7 @@ use super::{
     StoreHealth, expect_counts,
 };
 use crate::limiter::{Decision, Now, Tally};
-use crate::metrics::{Metrics, StoreCall};
+use crate::observe::{StoreCall, StoreObserver};
 
 /// Why the primary gave no counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,7 +89,7 @@ pub struct Resilient {
     breaker: Mutex<Breaker>,
     down: Mutex<Down>,
     wake: Notify,
-    metrics: Arc<Metrics>,
+    observer: Arc<dyn StoreObserver>,
     /// How late the runtime runs tasks lately: a call that waited too long
     /// while it ran late is not the store's fault.
     lag: Arc<Lag>,
@@ -118,8 +118,12 @@ pub struct ResilientOptions {
 impl Resilient {
     /// Starts with the breaker open: requests are decided by the policy until
     /// the background prober has connected.
-    pub fn new(primary: impl Primary, opts: ResilientOptions, metrics: Arc<Metrics>) -> Resilient {
-        metrics.circuit(true);
+    pub fn new(
+        primary: impl Primary,
+        opts: ResilientOptions,
+        observer: Arc<dyn StoreObserver>,
+    ) -> Resilient {
+        observer.circuit(true);
         Resilient {
             primary: Box::new(primary),
             fallback: MemoryStore::with_capacity(opts.max_counters),
@@ -138,7 +142,7 @@ impl Resilient {
                 reason: "not connected yet".into(),
             }),
             wake: Notify::new(),
-            metrics,
+            observer,
             lag: Arc::new(Lag::new()),
             silence: Silence::new(),
         }
@@ -229,7 +233,7 @@ impl Resilient {
         if wait.is_zero() {
             // The caller is gone before the store could answer: the store
             // is not asked, and nothing is counted for nobody.
-            self.metrics.bound_hit(crate::metrics::Bound::Abandoned, 1);
+            self.observer.abandoned();
             return Err(Undecided::Busy);
         }
         let started = Instant::now();
@@ -239,7 +243,7 @@ impl Resilient {
             // itself ran late: the wait was sluice's own (its queue, its
             // CPU), so not the store's fault.
             Err(_) if self.blame(wait) == Blame::Sluice => {
-                if self.metrics.bound_hit(crate::metrics::Bound::Shed, 1) {
+                if self.observer.shed() {
                     warn!(
                         wait_ms = wait.as_millis(),
                         "a request waited past its store timeout in sluice's own queue while the store was answering; shed, not counted against the store (logged once per 10 s)"
@@ -258,7 +262,7 @@ impl Resilient {
         match result {
             Ok(counts) => {
                 self.silence.answered();
-                self.metrics.store_call(StoreCall::Ok, took);
+                self.observer.store_call(StoreCall::Ok, took);
                 if self.faulty.swap(false, Relaxed) {
                     self.breaker.lock().success();
                 }
@@ -268,7 +272,7 @@ impl Resilient {
                 // This request's own data: decided by the policy, and the
                 // store's health is not in question.
                 self.silence.answered();
-                self.metrics.store_call(StoreCall::Rejected, took);
+                self.observer.store_call(StoreCall::Rejected, took);
                 warn!(reason = %reason, "store refused a counter; this request is decided by --store-failure");
                 Err(Undecided::Store)
             }
@@ -278,7 +282,7 @@ impl Resilient {
                     StoreError::Timeout => StoreCall::Timeout,
                     _ => StoreCall::Error,
                 };
-                self.metrics.store_call(kind, took);
+                self.observer.store_call(kind, took);
                 let reason = match e {
                     StoreError::Timeout => {
                         format!("no answer within {} ms", self.timeout.as_millis())
@@ -295,7 +299,7 @@ impl Resilient {
     /// `on_store_failure`, or the server's `--store-failure`.
     fn by_policy(&self, ask: &[&Increment]) -> Vec<Tally> {
         if ask.iter().all(|i| i.on_failure.is_none()) {
-            self.metrics
+            self.observer
                 .policy_decisions(self.policy.name(), ask.len() as u64);
             if self.policy == FailurePolicy::Fallback {
                 return self.fallback.count(ask.iter().copied());
@@ -304,7 +308,7 @@ impl Resilient {
         ask.iter()
             .map(|i| {
                 let policy = i.on_failure.unwrap_or(self.policy);
-                self.metrics.policy_decisions(policy.name(), 1);
+                self.observer.policy_decisions(policy.name(), 1);
                 match policy {
                     FailurePolicy::Fallback => self
                         .fallback
@@ -349,7 +353,7 @@ impl Store for Resilient {
         self.cache.sweep(now);
         let stranded = self.allowance.sweep(now);
         if stranded > 0 {
-            self.metrics.allowance_stranded(stranded);
+            self.observer.allowance_stranded(stranded);
         }
     }
 
@@ -376,7 +380,7 @@ impl Store for Resilient {
                 return Fleet::Members(members);
             }
             let policy = update.on_failure.unwrap_or(self.policy);
-            self.metrics.policy_decisions(policy.name(), 1);
+            self.observer.policy_decisions(policy.name(), 1);
             match policy {
                 FailurePolicy::Fallback => self.fallback.demand(update).await,
                 FailurePolicy::Allow => Fleet::Allow,

@@ -3,8 +3,8 @@
 //! reference's they may not, so a Cluster gets one `DEL` per key).
 
 use super::{Live, RedisStore};
-use crate::store::pool::classify;
-use crate::store::{Increment, StoreError};
+use crate::pool::classify;
+use crate::{Increment, StoreError};
 
 impl RedisStore {
     /// Deletes every key of `batch`'s counters.

@@ -18,7 +18,7 @@ use redis::cluster_routing::Slot;
 use super::super::script::{Answer, Op};
 use super::{Live, RedisStore, classify, decode, render_key, usage_key};
 use crate::limiter::{Algorithm, Decision, Now, Tally, Window};
-use crate::store::{Increment, StoreError};
+use crate::{Increment, StoreError};
 
 /// The longest a Cluster call holds its permit: a node gone silent
 /// (stopped, or its link cut without a close) would otherwise keep every
@@ -120,7 +120,7 @@ impl RedisStore {
     }
 
     /// One slot's script call on a task of its own, so its reply is read
-    /// and recorded ([`Calls`](crate::store::calls::Calls)) even when the
+    /// and recorded ([`Calls`](crate::calls::Calls)) even when the
     /// request that asked has given up on it: a Cluster that answers late
     /// is heard answering. It holds `permit` until answered.
     fn cluster_call(

@@ -6,7 +6,7 @@ use super::{Increment, StoreError};
 use crate::limiter::{Decision, Tally};
 
 /// What decides a request the shared store could not count (`--store-failure`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FailurePolicy {
     /// Count in this process's memory: limits stay enforced per instance.
     #[default]

@@ -10,8 +10,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufStream};
 use tokio::net::TcpStream;
 
 use super::unavailable;
-use crate::store::calls::Calls;
-use crate::store::{Increment, StoreError};
+use crate::calls::Calls;
+use crate::{Increment, StoreError};
 
 /// Bytes of a reply line we read at most; memcached's are far shorter.
 const MAX_LINE: u64 = 512;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::Resilient;
-use crate::store::Increment;
+use crate::Increment;
 
 /// How often the hits kept in the cache are counted in the store.
 pub(super) const LATE_EVERY: Duration = Duration::from_millis(250);
