@@ -68,6 +68,7 @@ pub(crate) mod server;
 pub mod service;
 pub(crate) mod stamp;
 pub(crate) mod statsd;
+pub(crate) mod table;
 /// The counter stores and their safety net, from the store crate (`crates/store`).
 pub use sluice_store as store;
 pub(crate) mod telemetry;

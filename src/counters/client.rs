@@ -9,12 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-static NULL: Value = Value::Null;
-
-/// The field at `pointer` (`/a/b`), or null.
-pub(crate) fn at<'a>(v: &'a Value, pointer: &str) -> &'a Value {
-    v.pointer(pointer).unwrap_or(&NULL)
-}
+use crate::table::{at, cell, columns};
 
 /// Bytes of an answer read at most.
 const MAX_ANSWER: u64 = 4 << 20;
@@ -115,39 +110,6 @@ pub(crate) fn body(domain: &str, descriptors: &[String]) -> Result<Value, String
         })
         .collect();
     Ok(json!({"domain": domain, "descriptors": descriptors?}))
-}
-
-/// A JSON value as a cell: strings without quotes, null as `-`.
-pub(crate) fn cell(v: &Value) -> String {
-    match v {
-        Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
-        v => v.to_string(),
-    }
-}
-
-/// Rows as columns padded to their widest cell.
-pub(crate) fn columns(rows: &[Vec<String>]) -> String {
-    let widths: Vec<usize> = (0..rows.first().map_or(0, Vec::len))
-        .map(|i| {
-            rows.iter()
-                .filter_map(|r| r.get(i))
-                .map(|c| c.chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for row in rows {
-        let line: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        out.push_str(line.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
 }
 
 /// The lookup (or reset) as a table: a line per limit.
