@@ -201,76 +201,78 @@ fn detailed_and_value_to_metric_paths_carry_runtime_values() {
     );
 }
 
+/// The reference's own invalid configs and the words it refuses each with.
+const REFERENCE_INVALID: &[(&str, &str)] = &[
+    (
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: foo\n      requests_per_unit: 5\n",
+        "f.yaml:5:13: descriptors[0].rate_limit.unit: invalid rate limit unit 'foo'",
+    ),
+    ("'''\n", "error loading config file:"),
+    (
+        "descriptors:\n",
+        "f.yaml:1:1: domain: config file cannot have empty domain",
+    ),
+    (
+        "domain: d\ndescriptors:\n  - value: v\n",
+        "descriptors[0].key: descriptor has empty key",
+    ),
+    (
+        "domain: d\ndescriptors:\n  - key: k\n    ratelimit:\n      unit: day\n",
+        "f.yaml:4:5: descriptors[0].ratelimit: config error, unknown key 'ratelimit'",
+    ),
+    (
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: day\n      requestsperunit: 5\n",
+        "config error, unknown key 'requestsperunit'",
+    ),
+    (
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimied: true\n",
+        "config error, unknown key 'unlimied'",
+    ),
+    (
+        "domain: d\ndescriptors:\n  - a\n  - key: k\n",
+        "f.yaml:3:5: descriptors[0]: config error, yaml file contains list of type other than map: a",
+    ),
+    (
+        "0.25: d\ndescriptors:\n",
+        "f.yaml:1:1: config error, key is not of type string: 0.25",
+    ),
+    (
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: self\n      replaces:\n        - name:\n      unit: second\n      requests_per_unit: 5\n",
+        "descriptors[0].rate_limit.replaces[0].name: should not have an empty replaces entry",
+    ),
+    (
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: self\n      replaces:\n        - name: self\n      unit: second\n      requests_per_unit: 5\n",
+        "replaces should not contain name of same descriptor",
+    ),
+    (
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n      unit: day\n      requests_per_unit: 25\n",
+        "f.yaml:6:13: descriptors[0].rate_limit.unit: should not specify rate limit unit when unlimited",
+    ),
+    (
+        "domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n    rate_limit: {unit: day, requests_per_unit: 1}\n",
+        "share_threshold can only be used with wildcard values (containing '*'), but found key 'k_v'",
+    ),
+    (
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 1.5}\n",
+        "error checking config",
+    ),
+    (
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {requests_per_unit: 1}\n",
+        "invalid rate limit unit ''",
+    ),
+    (
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: -1}\n",
+        "error loading config file: -1 is not an unsigned 32-bit integer",
+    ),
+    (
+        "domain: d\ndescriptors:\n  - key: k\n    unit: day\n",
+        "config error, unknown key 'unit' at a descriptor",
+    ),
+];
+
 #[test]
 fn reference_invalid_configs_are_rejected_with_its_wording() {
-    let cases: &[(&str, &str)] = &[
-        (
-            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: foo\n      requests_per_unit: 5\n",
-            "f.yaml:5:13: descriptors[0].rate_limit.unit: invalid rate limit unit 'foo'",
-        ),
-        ("'''\n", "error loading config file:"),
-        (
-            "descriptors:\n",
-            "f.yaml:1:1: domain: config file cannot have empty domain",
-        ),
-        (
-            "domain: d\ndescriptors:\n  - value: v\n",
-            "descriptors[0].key: descriptor has empty key",
-        ),
-        (
-            "domain: d\ndescriptors:\n  - key: k\n    ratelimit:\n      unit: day\n",
-            "f.yaml:4:5: descriptors[0].ratelimit: config error, unknown key 'ratelimit'",
-        ),
-        (
-            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: day\n      requestsperunit: 5\n",
-            "config error, unknown key 'requestsperunit'",
-        ),
-        (
-            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimied: true\n",
-            "config error, unknown key 'unlimied'",
-        ),
-        (
-            "domain: d\ndescriptors:\n  - a\n  - key: k\n",
-            "f.yaml:3:5: descriptors[0]: config error, yaml file contains list of type other than map: a",
-        ),
-        (
-            "0.25: d\ndescriptors:\n",
-            "f.yaml:1:1: config error, key is not of type string: 0.25",
-        ),
-        (
-            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: self\n      replaces:\n        - name:\n      unit: second\n      requests_per_unit: 5\n",
-            "descriptors[0].rate_limit.replaces[0].name: should not have an empty replaces entry",
-        ),
-        (
-            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: self\n      replaces:\n        - name: self\n      unit: second\n      requests_per_unit: 5\n",
-            "replaces should not contain name of same descriptor",
-        ),
-        (
-            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n      unit: day\n      requests_per_unit: 25\n",
-            "f.yaml:6:13: descriptors[0].rate_limit.unit: should not specify rate limit unit when unlimited",
-        ),
-        (
-            "domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n    rate_limit: {unit: day, requests_per_unit: 1}\n",
-            "share_threshold can only be used with wildcard values (containing '*'), but found key 'k_v'",
-        ),
-        (
-            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 1.5}\n",
-            "error checking config",
-        ),
-        (
-            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {requests_per_unit: 1}\n",
-            "invalid rate limit unit ''",
-        ),
-        (
-            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: -1}\n",
-            "error loading config file: -1 is not an unsigned 32-bit integer",
-        ),
-        (
-            "domain: d\ndescriptors:\n  - key: k\n    unit: day\n",
-            "config error, unknown key 'unit' at a descriptor",
-        ),
-    ];
-    for (yaml, want) in cases {
+    for (yaml, want) in REFERENCE_INVALID {
         let got = errors(yaml);
         assert_eq!(got.len(), 1, "one error for {yaml:?}: {got:?}");
         assert!(

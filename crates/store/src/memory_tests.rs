@@ -183,7 +183,7 @@ fn exact_under_concurrency() {
 /// (refused requests count, so a client that keeps hammering never gets in).
 mod sliding_worst_case {
     use super::*;
-    use crate::limiter::{Counted, Period, Unit, Window, status};
+    use crate::limiter::{Counted, Period, Status, Unit, Window, status};
     use crate::{CounterKey, KeySpace};
 
     #[test]
@@ -201,34 +201,12 @@ mod sliding_worst_case {
         let start_ms = 60_000 * 1_000 - 10;
         for step in 0..12_000u64 {
             let now_ms = start_ms + step * 10;
-            let now = Now(now_ms / 1000);
-            let window = Window::containing(Period::Unit(Unit::Minute), now);
             let tries = if step == 0 { 100 } else { 1 };
             if now_ms < quiet_until {
                 continue;
             }
             for _ in 0..tries {
-                let inc = Increment {
-                    key: key.clone(),
-                    window,
-                    algorithm: Algorithm::SlidingWindow,
-                    ..Increment::test_hit("", limit, now_ms * 1000)
-                };
-                let tally = s.count(std::slice::from_ref(&inc))[0];
-                let st = status(
-                    &Counted {
-                        requests_per_unit: limit,
-                        window,
-                        algorithm: Algorithm::SlidingWindow,
-                        hits: 1,
-                        tally,
-                        elapsed_ms: now_ms - window.start.0 * 1000,
-                        shadow: false,
-                        quota: false,
-                        near_ratio: crate::limiter::NEAR_LIMIT_RATIO,
-                    },
-                    now,
-                );
+                let st = hit(&s, &key, limit, now_ms);
                 if st.over {
                     quiet_until = now_ms + st.retry_seconds * 1000;
                 } else {
@@ -237,24 +215,46 @@ mod sliding_worst_case {
             }
         }
         // The worst span of one window, and of a tenth of one.
-        let most_in = |span: u64| {
-            admitted_at
-                .iter()
-                .map(|t| {
-                    admitted_at
-                        .iter()
-                        .filter(|u| **u >= *t && **u < t + span)
-                        .count()
-                })
-                .max()
-                .unwrap_or(0)
-        };
-        let whole = most_in(window_ms);
-        let tenth = most_in(window_ms / 10);
+        let whole = most_in(&admitted_at, window_ms);
+        let tenth = most_in(&admitted_at, window_ms / 10);
         eprintln!("sliding window of 100/min, worst case: {whole} in 60 s, {tenth} in 6 s");
         assert!(whole <= 200, "{whole}");
         assert!(whole > 150, "the worst case is real: {whole}");
         assert!(tenth <= 110 + 1, "{tenth}");
+    }
+
+    /// One hit on a sliding window of `limit` a minute at `now_ms`: its status.
+    fn hit(s: &MemoryStore, key: &CounterKey, limit: u32, now_ms: u64) -> Status {
+        let now = Now(now_ms / 1000);
+        let window = Window::containing(Period::Unit(Unit::Minute), now);
+        let inc = Increment {
+            key: key.clone(),
+            window,
+            algorithm: Algorithm::SlidingWindow,
+            ..Increment::test_hit("", limit, now_ms * 1000)
+        };
+        let tally = s.count(std::slice::from_ref(&inc))[0];
+        let counted = Counted {
+            requests_per_unit: limit,
+            window,
+            algorithm: Algorithm::SlidingWindow,
+            hits: 1,
+            tally,
+            elapsed_ms: now_ms - window.start.0 * 1000,
+            shadow: false,
+            quota: false,
+            near_ratio: crate::limiter::NEAR_LIMIT_RATIO,
+        };
+        status(&counted, now)
+    }
+
+    /// The most of `times` (ms) inside any span of `span` ms.
+    fn most_in(times: &[u64], span: u64) -> usize {
+        times
+            .iter()
+            .map(|t| times.iter().filter(|u| **u >= *t && **u < t + span).count())
+            .max()
+            .unwrap_or(0)
     }
 }
 

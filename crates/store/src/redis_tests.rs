@@ -32,25 +32,11 @@ fn key_formats() {
     let k = CounterKey::new("domain", Unit::Second, [("key", "value")]);
     let w = Window::containing(Unit::Second, Now(1234));
     assert_eq!(
-        render_key(
-            "",
-            KeyFormat::Envoyproxy,
-            &k,
-            Algorithm::FixedWindow,
-            w.start.0,
-            "SECOND"
-        ),
+        fixed("", KeyFormat::Envoyproxy, &k, w.start.0, "SECOND"),
         "domain_key_value_1234"
     );
     assert_eq!(
-        render_key(
-            "prefix:",
-            KeyFormat::Envoyproxy,
-            &k,
-            Algorithm::FixedWindow,
-            1234,
-            "SECOND"
-        ),
+        fixed("prefix:", KeyFormat::Envoyproxy, &k, 1234, "SECOND"),
         "prefix:domain_key_value_1234"
     );
     let two = CounterKey::new(
@@ -59,61 +45,28 @@ fn key_formats() {
         [("key2", "value2"), ("subkey2", "subvalue2")],
     );
     assert_eq!(
-        render_key(
-            "",
-            KeyFormat::Envoyproxy,
-            &two,
-            Algorithm::FixedWindow,
-            1200,
-            "MINUTE"
-        ),
+        fixed("", KeyFormat::Envoyproxy, &two, 1200, "MINUTE"),
         "domain_key2_value2_subkey2_subvalue2_1200"
     );
-    let s = render_key(
-        "p:",
-        KeyFormat::Sluice,
-        &k,
-        Algorithm::FixedWindow,
-        1234,
-        "SECOND",
-    );
+    let s = fixed("p:", KeyFormat::Sluice, &k, 1234, "SECOND");
     assert!(s.starts_with("p:domain:SECOND:1234:"), "{s}");
     assert_eq!(s.len(), "p:domain:SECOND:1234:".len() + 32);
     let email = CounterKey::new("d", Unit::Hour, [("email", "a@example.com")]);
-    assert!(
-        !render_key(
-            "",
-            KeyFormat::Sluice,
-            &email,
-            Algorithm::FixedWindow,
-            0,
-            "HOUR"
-        )
-        .contains("example")
-    );
+    assert!(!fixed("", KeyFormat::Sluice, &email, 0, "HOUR").contains("example"));
     // Values that collide in the reference's format do not in sluice's.
     let a = CounterKey::new("d", Unit::Hour, [("a", "b_c")]);
     let b = CounterKey::new("d", Unit::Hour, [("a_b", "c")]);
     assert_eq!(
-        render_key(
-            "",
-            KeyFormat::Envoyproxy,
-            &a,
-            Algorithm::FixedWindow,
-            0,
-            "HOUR"
-        ),
-        render_key(
-            "",
-            KeyFormat::Envoyproxy,
-            &b,
-            Algorithm::FixedWindow,
-            0,
-            "HOUR"
-        )
+        fixed("", KeyFormat::Envoyproxy, &a, 0, "HOUR"),
+        fixed("", KeyFormat::Envoyproxy, &b, 0, "HOUR")
     );
     assert_ne!(
-        render_key("", KeyFormat::Sluice, &a, Algorithm::FixedWindow, 0, "HOUR"),
-        render_key("", KeyFormat::Sluice, &b, Algorithm::FixedWindow, 0, "HOUR")
+        fixed("", KeyFormat::Sluice, &a, 0, "HOUR"),
+        fixed("", KeyFormat::Sluice, &b, 0, "HOUR")
     );
+}
+
+/// A fixed window's key.
+fn fixed(prefix: &str, format: KeyFormat, key: &CounterKey, start: u64, unit: &str) -> String {
+    render_key(prefix, format, key, Algorithm::FixedWindow, start, unit)
 }
