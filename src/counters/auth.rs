@@ -4,6 +4,7 @@
 //! no token configured, loopback peers only. The token is never logged: a
 //! caller is named by the token's id, the first 8 hex digits of its SHA-256.
 
+use std::io::Read as _;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
@@ -109,16 +110,19 @@ fn read_if_changed(path: &Path, seen: Option<u64>) -> Result<Fresh, String> {
     if seen == Some(stamp) {
         return Ok(None);
     }
-    let meta = std::fs::metadata(path)
-        .map_err(|e| format!("--admin-token-file {}: {e}", path.display()))?;
-    if meta.len() > MAX_TOKEN_BYTES {
+    // One bounded read, so a file that grows while it is read still costs
+    // at most the bound (and no second stat for its length).
+    let failed = |e: std::io::Error| format!("--admin-token-file {}: {e}", path.display());
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_TOKEN_BYTES + 1).read_to_string(&mut text))
+        .map_err(failed)?;
+    if text.len() as u64 > MAX_TOKEN_BYTES {
         return Err(format!(
             "--admin-token-file {} is over {MAX_TOKEN_BYTES} bytes",
             path.display()
         ));
     }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("--admin-token-file {}: {e}", path.display()))?;
     let token = text.trim().to_owned();
     Ok(Some((stamp, (!token.is_empty()).then_some(token))))
 }
@@ -151,6 +155,27 @@ mod tests {
 
     fn peer(ip: &str) -> Option<SocketAddr> {
         Some(SocketAddr::new(ip.parse().unwrap(), 4000))
+    }
+
+    #[test]
+    fn a_token_file_over_the_bound_is_refused_and_a_rewrite_is_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "one\n").unwrap();
+        let (stamp, token) = read_if_changed(&path, None).unwrap().unwrap();
+        assert_eq!(token.as_deref(), Some("one"));
+        assert!(
+            read_if_changed(&path, Some(stamp)).unwrap().is_none(),
+            "unchanged"
+        );
+        std::fs::write(&path, "x".repeat(MAX_TOKEN_BYTES as usize + 1)).unwrap();
+        let e = read_if_changed(&path, Some(stamp)).unwrap_err();
+        assert!(e.contains("is over 4096 bytes"), "{e}");
+        std::fs::write(&path, "x".repeat(MAX_TOKEN_BYTES as usize)).unwrap();
+        assert!(
+            read_if_changed(&path, Some(stamp)).unwrap().is_some(),
+            "at the bound"
+        );
     }
 
     #[tokio::test]

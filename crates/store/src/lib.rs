@@ -49,7 +49,9 @@ use std::sync::Arc;
 pub use cache::OverLimitCache;
 pub use key::{CounterKey, KeySpace};
 pub use memory::{DEFAULT_MAX_COUNTERS, MemoryStore};
-pub use observe::{StoreCall, StoreObserver, Unobserved};
+#[cfg(test)]
+pub(crate) use observe::Unobserved;
+pub use observe::{StoreCall, StoreObserver};
 pub use policy::{FailurePolicy, shed};
 pub use resilient::{Primary, Resilient, ResilientOptions};
 

@@ -39,10 +39,12 @@ pub trait StoreObserver: Send + Sync {
     fn shed(&self) -> bool;
 }
 
-/// Observes nothing: for tools and tests that read no metrics.
+/// Observes nothing: for the store's unit tests, which read no metrics.
+#[cfg(test)]
 #[derive(Debug, Default)]
-pub struct Unobserved;
+pub(crate) struct Unobserved;
 
+#[cfg(test)]
 impl StoreObserver for Unobserved {
     fn store_call(&self, _: StoreCall, _: Duration) {}
     fn circuit(&self, _: bool) {}
