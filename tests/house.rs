@@ -2,7 +2,9 @@
 //! (`sluice` above `sluice-store` above `sluice-core`); inside `sluice`, no
 //! two top-level modules of `src/` may import each other, directly or
 //! around a loop. Doc comments and unit tests are not imports, and are not
-//! read. See docs/src/design/code-map.md.
+//! read. Unit tests follow one convention (see
+//! [`every_unit_test_module_follows_the_one_convention`]). See
+//! docs/src/design/code-map.md.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -84,7 +86,7 @@ fn graph(src: &Path) -> Graph {
             .expect("under src")
             .display()
             .to_string();
-        if rel.contains("_tests") || rel.ends_with("/tests.rs") {
+        if rel.contains("_tests") || rel.ends_with("tests.rs") || rel.contains("tests/") {
             continue;
         }
         let from = module(p);
@@ -172,4 +174,107 @@ fn a_loop_of_imports_is_found_and_comments_and_groups_are_read_right() {
     );
     g.get_mut("z").unwrap().clear();
     assert_eq!(cycle(&g), None);
+}
+
+/// What is wrong with how `file` (named `name`) declares its unit tests:
+/// each test module is `mod tests;` under `#[cfg(test)]`, in `x_tests.rs`
+/// for `x.rs` and in `tests.rs` for a `mod.rs` or `lib.rs`; none inline.
+fn test_convention(name: &str, text: &str) -> Vec<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let owner = name == "mod.rs" || name == "lib.rs";
+    let want = if owner {
+        None
+    } else {
+        Some(format!(
+            "#[path = \"{}_tests.rs\"]",
+            name.trim_end_matches(".rs")
+        ))
+    };
+    let mut wrong = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let attrs: Vec<&str> = lines[..i]
+            .iter()
+            .rev()
+            .take_while(|l| l.starts_with("#["))
+            .copied()
+            .collect();
+        if !attrs.contains(&"#[cfg(test)]") || !line.contains("mod ") {
+            continue;
+        }
+        let path = attrs.iter().find(|a| a.starts_with("#[path"));
+        // A suite another module's tests borrow from may be `pub(crate)`.
+        if line.trim_start_matches("pub(crate) ") != "mod tests;" {
+            wrong.push(format!("line {}: `{line}`, not `mod tests;`", i + 1));
+        } else if path.map(|p| p.to_string()) != want {
+            wrong.push(format!("line {}: tests at {path:?}, not {want:?}", i + 1));
+        }
+    }
+    wrong
+}
+
+#[test]
+fn every_unit_test_module_follows_the_one_convention() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    for krate in std::fs::read_dir(root.join("crates"))
+        .expect("crates")
+        .flatten()
+    {
+        rust_files(&krate.path().join("src"), &mut files);
+    }
+    assert!(files.len() > 150, "{} files", files.len());
+    let mut wrong = Vec::new();
+    let mut declared = 0;
+    for p in &files {
+        let name = p.file_name().expect("a name").to_string_lossy();
+        let text = std::fs::read_to_string(p).expect("readable");
+        declared += text.matches("#[cfg(test)]\n").count();
+        wrong.extend(
+            test_convention(&name, &text)
+                .into_iter()
+                .map(|w| format!("{}: {w}", p.display())),
+        );
+        // A tests file has its module beside it.
+        if let Some(stem) = name.strip_suffix("_tests.rs") {
+            let module = p.with_file_name(format!("{stem}.rs"));
+            let owns = std::fs::read_to_string(&module)
+                .is_ok_and(|m| m.contains(&format!("#[path = \"{name}\"]\nmod tests;")));
+            if !owns {
+                wrong.push(format!(
+                    "{}: no {} declares it",
+                    p.display(),
+                    module.display()
+                ));
+            }
+        }
+    }
+    assert!(declared > 60, "{declared} test modules");
+    assert!(
+        wrong.is_empty(),
+        "unit tests off the convention:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_convention_check_finds_inline_misnamed_and_misplaced_tests() {
+    let ok = "fn f() {}\n\n#[cfg(test)]\n#[path = \"x_tests.rs\"]\nmod tests;\n";
+    assert!(test_convention("x.rs", ok).is_empty());
+    assert!(test_convention("mod.rs", "#[cfg(test)]\nmod tests;\n").is_empty());
+    for (name, text) in [
+        ("x.rs", "#[cfg(test)]\nmod tests {\n}\n"),
+        ("x.rs", "#[cfg(test)]\nmod tests;\n"),
+        (
+            "x.rs",
+            "#[cfg(test)]\n#[path = \"y_tests.rs\"]\nmod tests;\n",
+        ),
+        ("mod.rs", "#[cfg(test)]\nmod shape_tests;\n"),
+        (
+            "lib.rs",
+            "#[cfg(test)]\n#[path = \"other.rs\"]\nmod tests;\n",
+        ),
+    ] {
+        assert_eq!(test_convention(name, text).len(), 1, "{name}: {text}");
+    }
 }

@@ -386,6 +386,4 @@ fn no_leases(parsed: &[(PathBuf, DomainFile)]) -> Result<(), LoadError> {
 }
 
 #[cfg(test)]
-mod shape_tests;
-#[cfg(test)]
 mod tests;

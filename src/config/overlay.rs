@@ -294,4 +294,5 @@ fn key(k: &Node) -> &str {
 }
 
 #[cfg(test)]
+#[path = "overlay_tests.rs"]
 mod tests;

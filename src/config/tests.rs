@@ -1,5 +1,8 @@
 //! Matching and validation, on the project's own fixtures.
 
+/// Limit shapes in rule files.
+mod shape;
+
 use std::path::Path;
 
 use super::*;

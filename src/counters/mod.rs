@@ -245,5 +245,4 @@ fn counts(limits: &[PeekedLimit]) -> String {
 }
 
 #[cfg(test)]
-#[path = "tests.rs"]
 mod tests;

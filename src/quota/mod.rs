@@ -22,9 +22,6 @@ mod stream;
 mod target;
 mod usage;
 
-#[cfg(test)]
-mod sim_tests;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
@@ -316,18 +313,4 @@ impl RateLimitQuotaService for QuotaService {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_defaults_rewrite_every_entry_within_a_third_of_the_ttl() {
-        assert!(QuotaOptions::default().store_rate_shortfalls().is_empty());
-        let crowded = QuotaOptions {
-            max_total_buckets: 100_000,
-            ..QuotaOptions::default()
-        };
-        let lines = crowded.store_rate_shortfalls();
-        assert_eq!(lines.len(), 1);
-        assert!(lines[0].contains("takes 50 s"), "{lines:?}");
-    }
-}
+mod tests;

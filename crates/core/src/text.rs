@@ -16,14 +16,5 @@ pub fn cut(s: &mut String, max: usize) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    #[test]
-    fn cuts_at_a_character_boundary() {
-        let mut s = "añb".to_owned();
-        assert!(super::cut(&mut s, 2));
-        assert_eq!(s, "a");
-        let mut short = "ab".to_owned();
-        assert!(!super::cut(&mut short, 2));
-        assert_eq!(short, "ab");
-    }
-}
+#[path = "text_tests.rs"]
+mod tests;

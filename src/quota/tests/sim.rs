@@ -90,7 +90,7 @@ fn holds(o: &Outcome, limit: u32, refused: f64, slack: f64, got: f64) {
     // Live buckets add up to the rate plus what the push rule lets one
     // hold over its share.
     assert!(
-        o.live_most <= 1.0 + super::share::CHANGE,
+        o.live_most <= 1.0 + crate::quota::share::CHANGE,
         "live buckets at {:.3} of the rate",
         o.live_most
     );

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use std::iter::Peekable;
 use std::vec::IntoIter;
 
-use super::super::estimate::Estimate;
-use super::super::share::{Assignment, TokenBucket, bucket, split, worth_pushing};
 use crate::limiter::Algorithm;
+use crate::quota::estimate::Estimate;
+use crate::quota::share::{Assignment, TokenBucket, bucket, split, worth_pushing};
 use crate::store::demand::{MemberDemand, UNKNOWN};
 
 /// Seconds between two reports of one Envoy (the shipped rlqs.yaml's).

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::*;
+use super::super::*;
 use crate::limiter::Unit;
 
 fn errors(yaml: &str) -> Vec<String> {

@@ -1,0 +1,55 @@
+
+use super::*;
+
+/// A million per-customer rules each with a first request must not each
+/// grow a ~100 KiB history: a budget bounds them, and a rule that leaves
+/// gives its place back.
+#[test]
+fn histories_are_bounded_by_their_budget() {
+    let budget = Arc::new(UsageBudget::new(2));
+    let rules: Vec<Usage> = (0..3).map(|_| Usage::within(budget.clone())).collect();
+    for u in &rules {
+        u.record(60, 1000, 0, 1, 1);
+    }
+    assert_eq!(budget.used(), 2);
+    assert_eq!(budget.refused.load(Relaxed), 1);
+    assert_eq!(rules.iter().filter(|u| u.footprint() > 0).count(), 2);
+    drop(rules);
+    assert_eq!(budget.used(), 0, "every place given back");
+    let late = Usage::within(budget.clone());
+    late.record(60, 1000, 0, 1, 1);
+    assert!(late.footprint() > 0);
+}
+
+#[test]
+fn crossings_count_keys_per_level_and_refunds_take_them_back() {
+    let u = Usage::default();
+    assert!(u.periods(60, 1000, 60).is_empty(), "nothing until used");
+    // Key a: 1, 2, 3; key b: 1; key c: 0 -> 5 in one go.
+    for (before, after) in [(0, 1), (1, 2), (2, 3), (0, 1), (0, 5)] {
+        u.record(60, 1000, before, after, after - before);
+    }
+    let p = &u.periods(60, 1000, 60)[0];
+    assert_eq!(&p.keys[..6], &[3, 2, 2, 1, 1, 0]);
+    assert_eq!((p.hits, p.start, p.seconds), (9, 960, 60));
+    // A refund of 2 on key a (3 -> 1).
+    u.record(60, 1001, 3, 1, 0);
+    assert_eq!(&u.periods(60, 1001, 60)[0].keys[..4], &[3, 1, 1, 1]);
+    // A refund through an instance that never counted the key's hits
+    // takes it back there: that instance's share goes below 0, and the
+    // fleet's sum is right.
+    let other = Usage::default();
+    other.record(60, 1001, 3, 1, 0);
+    assert_eq!(&other.periods(60, 1001, 60)[0].keys[..4], &[0, -1, -1, 0]);
+    // The next period starts empty; an hour on, the first is gone.
+    u.record(60, 1020, 0, 1, 1);
+    let ps = u.periods(60, 1020, 60);
+    assert_eq!(ps.len(), 2);
+    assert_eq!(ps[1].keys[0], 1);
+    assert_eq!(
+        u.periods(60, 1020 + 3600, 60).len(),
+        0,
+        "an hour of minutes"
+    );
+    assert!(u.footprint() < 128 * 1024, "{}", u.footprint());
+}

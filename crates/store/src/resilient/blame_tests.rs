@@ -1,0 +1,66 @@
+
+use super::*;
+
+fn never(_: Duration) -> bool {
+    false
+}
+
+#[tokio::test(start_paused = true)]
+async fn evidence_against_the_store_is_enough() {
+    let s = Silence::new();
+    assert_eq!(s.ran_out(false, |_| true), Blame::Store);
+}
+
+#[tokio::test(start_paused = true)]
+async fn sluices_lateness_is_believed_until_the_store_has_been_silent_too_long() {
+    let s = Silence::new();
+    assert_eq!(s.ran_out(true, never), Blame::Sluice);
+    tokio::time::advance(SILENCE_BOUND - Duration::from_millis(1)).await;
+    assert_eq!(s.ran_out(true, never), Blame::Sluice);
+    tokio::time::advance(Duration::from_millis(1)).await;
+    assert_eq!(s.ran_out(true, never), Blame::Store, "silent for the bound");
+    assert_eq!(
+        s.ran_out(true, never),
+        Blame::Store,
+        "and while it stays silent"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_ends_the_silence() {
+    let s = Silence::new();
+    assert_eq!(s.ran_out(true, never), Blame::Sluice);
+    tokio::time::advance(SILENCE_BOUND * 2).await;
+    s.answered();
+    assert_eq!(
+        s.ran_out(true, never),
+        Blame::Sluice,
+        "it answered: ours again"
+    );
+    tokio::time::advance(SILENCE_BOUND / 2).await;
+    assert_eq!(s.ran_out(true, never), Blame::Sluice);
+    tokio::time::advance(SILENCE_BOUND / 2).await;
+    assert_eq!(s.ran_out(true, never), Blame::Store);
+}
+
+/// Found by the fault harness's request flood on a Cluster: every
+/// request's wait ran out, on a host too loaded to read replies in
+/// time, while the store answered them all; a second of that was taken
+/// for silence and tripped the breaker.
+#[tokio::test(start_paused = true)]
+async fn a_store_heard_answering_during_the_silence_is_not_silent() {
+    let s = Silence::new();
+    let last_answer = std::cell::Cell::new(Instant::now());
+    let heard = |d: Duration| last_answer.get().elapsed() < d;
+    assert_eq!(s.ran_out(true, heard), Blame::Sluice);
+    for _ in 0..30 {
+        tokio::time::advance(SILENCE_BOUND / 10).await;
+        last_answer.set(Instant::now() - Duration::from_millis(50));
+        assert_eq!(s.ran_out(true, heard), Blame::Sluice, "answering, late");
+    }
+    // Then it answers nothing at all: found silent within the bound.
+    tokio::time::advance(SILENCE_BOUND / 2).await;
+    assert_eq!(s.ran_out(true, heard), Blame::Sluice);
+    tokio::time::advance(SILENCE_BOUND / 2).await;
+    assert_eq!(s.ran_out(true, heard), Blame::Store, "silent for the bound");
+}
