@@ -2,7 +2,7 @@
 //! path, presence, length and modification time (following symlinks, so a
 //! Kubernetes `..data` swap counts), hashed into one number. The one way
 //! sluice notices a rewrite: the rule directory's poll, the TLS files'
-//! watch and the admin token's re-read all compare stamps.
+//! refresh and the admin token's re-read all compare stamps.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::Path;
@@ -24,6 +24,16 @@ pub(crate) fn of<'a>(files: impl IntoIterator<Item = &'a Path>) -> u64 {
         }
     }
     hasher.finish()
+}
+
+/// Something kept from files and read again when their stamp changes. The
+/// one watcher task (`config::watch::Watch`, which also owns the rules'
+/// reloads) asks each every second; the admin token is read the same way
+/// on each request instead, so a revoked token is refused at once.
+pub(crate) trait Refresh: Send + Sync {
+    /// Reads the files again when their stamp changed since the last read.
+    /// Blocking (file I/O): called on a blocking thread.
+    fn refresh(&self);
 }
 
 #[cfg(test)]

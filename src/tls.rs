@@ -1,12 +1,12 @@
 //! Optional TLS on the gRPC listener, and mutual TLS when a client CA is given
-//! (Envoy presents its client certificate). The files are checked every
-//! second; a changed certificate, key or CA is loaded and used for new
-//! connections, and a broken one keeps the last good configuration.
+//! (Envoy presents its client certificate). The watcher task asks every
+//! second ([`crate::stamp::Refresh`]); a changed certificate, key or CA is
+//! loaded and used for new connections, and a broken one keeps the last good
+//! configuration.
 
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use rustls::ServerConfig;
@@ -54,58 +54,55 @@ fn file_error(path: &std::path::Path, e: impl std::fmt::Display) -> TlsError {
 pub struct Tls {
     files: TlsFiles,
     config: ArcSwap<ServerConfig>,
+    /// The files' stamp when last loaded, and whether a failed reload of a
+    /// later one was logged (said once, not every second).
+    seen: parking_lot::Mutex<(u64, bool)>,
 }
 
 impl Tls {
     /// Loads the files now: a bad file fails startup.
     pub fn new(files: TlsFiles) -> Result<Tls, TlsError> {
+        let seen = stamp(&files);
         let config = build(&files)?;
         Ok(Tls {
             files,
             config: ArcSwap::from(config),
+            seen: parking_lot::Mutex::new((seen, false)),
         })
     }
 
     pub fn mutual(&self) -> bool {
         self.files.client_ca.is_some()
     }
+}
 
-    /// Reloads when a file changed, until `token` is cancelled.
-    pub async fn watch(self: Arc<Self>, token: CancellationToken) {
-        let mut seen = self.stamp();
-        let mut failed = false;
-        loop {
-            tokio::select! {
-                () = token.cancelled() => return,
-                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+impl crate::stamp::Refresh for Tls {
+    fn refresh(&self) {
+        let now = stamp(&self.files);
+        let mut seen = self.seen.lock();
+        if now == seen.0 {
+            return;
+        }
+        match build(&self.files) {
+            Ok(config) => {
+                self.config.store(config);
+                *seen = (now, false);
+                info!(cert = %self.files.cert.display(), "gRPC TLS certificates reloaded");
             }
-            let now = self.stamp();
-            if now == seen {
-                continue;
+            // Half-written files are common mid-rotation: retry, log once.
+            Err(e) if !seen.1 => {
+                seen.1 = true;
+                warn!(error = %e, "gRPC TLS reload failed; the previous certificates stay");
             }
-            match build(&self.files) {
-                Ok(config) => {
-                    self.config.store(config);
-                    seen = now;
-                    failed = false;
-                    info!(cert = %self.files.cert.display(), "gRPC TLS certificates reloaded");
-                }
-                // Half-written files are common mid-rotation: retry, log once.
-                Err(e) if !failed => {
-                    failed = true;
-                    warn!(error = %e, "gRPC TLS reload failed; the previous certificates stay");
-                }
-                Err(_) => {}
-            }
+            Err(_) => {}
         }
     }
+}
 
-    /// The files' [stamp](crate::stamp).
-    fn stamp(&self) -> u64 {
-        let f = &self.files;
-        let files = [Some(&f.cert), Some(&f.key), f.client_ca.as_ref()];
-        crate::stamp::of(files.into_iter().flatten().map(PathBuf::as_path))
-    }
+/// The files' [stamp](crate::stamp).
+fn stamp(f: &TlsFiles) -> u64 {
+    let files = [Some(&f.cert), Some(&f.key), f.client_ca.as_ref()];
+    crate::stamp::of(files.into_iter().flatten().map(PathBuf::as_path))
 }
 
 fn build(files: &TlsFiles) -> Result<Arc<ServerConfig>, TlsError> {

@@ -6,6 +6,10 @@
 //! swaps are all seen. Bursts of events are debounced into one reload. The
 //! poll catches what a watcher can miss (the directory replaced, network
 //! filesystems) at the cost of one `stat` per file every few seconds.
+//!
+//! It is sluice's one file watcher: what else is kept from files (the gRPC
+//! listener's TLS certificates) it asks every second to read them again
+//! when their [stamp](crate::stamp) changed.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -18,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::{LiveRules, stat_fingerprint};
+use crate::stamp::Refresh;
 
 /// Quiet time that ends a burst of events.
 const QUIET: Duration = Duration::from_millis(100);
@@ -25,6 +30,8 @@ const QUIET: Duration = Duration::from_millis(100);
 const MAX_DELAY: Duration = Duration::from_millis(400);
 /// How often the directory's metadata is compared.
 const POLL: Duration = Duration::from_secs(2);
+/// How often the other watched files are asked to refresh.
+const REFRESH: Duration = Duration::from_secs(1);
 
 /// The reload triggers, registered up front so that nothing that happens
 /// after startup is missed: a SIGHUP reloads instead of killing the process,
@@ -36,6 +43,7 @@ pub struct Watch {
     tx: mpsc::Sender<()>,
     events: mpsc::Receiver<()>,
     watcher: Option<notify::RecommendedWatcher>,
+    others: Vec<Arc<dyn Refresh>>,
 }
 
 impl Watch {
@@ -55,16 +63,32 @@ impl Watch {
             tx,
             events,
             watcher,
+            others: Vec::new(),
         }
+    }
+
+    /// Also keeps `other` fresh (every second, on a blocking thread).
+    pub(crate) fn refreshing(mut self, other: Arc<dyn Refresh>) -> Watch {
+        self.others.push(other);
+        self
     }
 
     /// Reloads on every trigger until `token` is cancelled.
     pub async fn run(mut self, token: CancellationToken) {
         let dir = self.rules.dir().to_path_buf();
         let mut poll = tokio::time::interval(POLL);
+        let mut refresh = tokio::time::interval(REFRESH);
         loop {
             let cause = tokio::select! {
                 () = token.cancelled() => return,
+                _ = refresh.tick(), if !self.others.is_empty() => {
+                    let others = self.others.clone();
+                    let done = tokio::task::spawn_blocking(move || others.iter().for_each(|o| o.refresh()));
+                    tokio::select! {
+                        () = token.cancelled() => return,
+                        _ = done => continue,
+                    }
+                }
                 Some(()) = self.events.recv() => {
                     debounce(&mut self.events).await;
                     "file change"

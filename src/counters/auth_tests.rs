@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn peer(ip: &str) -> Option<SocketAddr> {

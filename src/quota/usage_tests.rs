@@ -1,4 +1,3 @@
-
 use super::*;
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 

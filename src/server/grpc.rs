@@ -6,7 +6,6 @@ use std::future::Future;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tonic::transport::server::Router;
 use tonic_health::pb::health_server::{Health, HealthServer};
 use tracing::info;
@@ -74,13 +73,12 @@ pub(super) fn router(
 }
 
 /// Serves `router` on the listener until `token` is cancelled: TLS when the
-/// options carry it (its certificate watcher joins `tasks`).
+/// options carry it (the rules' watcher keeps its certificates fresh).
 pub(super) fn serve(
     listener: GrpcListener,
     router: Router,
     opts: &ServeOptions,
     metrics: &std::sync::Arc<Metrics>,
-    tasks: &TaskTracker,
     token: &CancellationToken,
 ) -> GrpcFuture {
     let stop = token.clone().cancelled_owned();
@@ -90,7 +88,6 @@ pub(super) fn serve(
             info!(mutual = tls.mutual(), "gRPC listener speaks TLS");
             let admitted = conn::accept(listener, limits, Listener::Grpc, metrics, token.clone());
             let incoming = tls::incoming(admitted, tls.clone(), limits, token.clone());
-            tasks.spawn(tls.watch(token.clone()));
             Box::pin(router.serve_with_incoming_shutdown(incoming, stop))
         }
         (GrpcListener::Tcp(listener), None) => {

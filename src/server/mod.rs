@@ -123,7 +123,7 @@ pub async fn run(
         "sluice listening"
     );
     let router = grpc::router(&app, health, &opts, &token);
-    let grpc = grpc::serve(listeners.grpc, router, &opts, &app.metrics, &tasks, &token);
+    let grpc = grpc::serve(listeners.grpc, router, &opts, &app.metrics, &token);
     let counters = Arc::new(crate::counters::Counters {
         token: crate::counters::AdminToken::new(opts.admin.access.token_file.clone()),
         stats: Arc::default(),

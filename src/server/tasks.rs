@@ -35,7 +35,11 @@ pub(super) fn spawn(
     }
     // Under xDS the files watched are --xds-overlay's, when it is given.
     let watch_files = opts.watch_config && !app.rules.dir().as_os_str().is_empty();
-    tasks.spawn(watch::Watch::start(app.rules.clone(), watch_files).run(token.clone()));
+    let mut watch = watch::Watch::start(app.rules.clone(), watch_files);
+    if let Some(tls) = &opts.tls {
+        watch = watch.refreshing(tls.clone());
+    }
+    tasks.spawn(watch.run(token.clone()));
     if let Some(cfg) = opts.xds.clone() {
         tasks.spawn(xds::run(cfg, app.rules.clone(), token.clone()));
     }

@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn shown(name: &str, limit: u32, w: u64, r: u32, t: u64) -> Shown {

@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn st(pairs: &[(&str, Value)]) -> Struct {

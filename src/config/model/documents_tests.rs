@@ -1,4 +1,3 @@
-
 use std::path::PathBuf;
 
 use crate::config::{LoadOptions, Rules, load_texts};

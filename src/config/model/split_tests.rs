@@ -1,4 +1,3 @@
-
 use super::*;
 
 /// `n` per-customer rules, in several shapes of YAML (flow and block
