@@ -1,4 +1,3 @@
-
 #[test]
 fn encodes_every_nibble() {
     let mut s = String::from("x:");

@@ -1,4 +1,3 @@
-
 #[test]
 fn cuts_at_a_character_boundary() {
     let mut s = "añb".to_owned();

@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn inc(v: &str, limit: u32, now: u64) -> Increment {

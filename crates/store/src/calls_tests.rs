@@ -1,4 +1,3 @@
-
 use super::*;
 
 const WAIT: Duration = Duration::from_millis(100);

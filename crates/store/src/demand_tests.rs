@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn update(member: u64, demand: Option<f64>, ttl_ms: u64) -> DemandUpdate {

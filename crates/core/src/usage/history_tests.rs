@@ -1,4 +1,3 @@
-
 use super::*;
 
 /// A million per-customer rules each with a first request must not each
