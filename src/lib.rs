@@ -41,6 +41,7 @@
 pub(crate) mod admin;
 pub mod app;
 pub mod application;
+pub(crate) mod background;
 pub mod cli;
 pub mod config;
 pub(crate) mod conn;

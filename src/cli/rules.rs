@@ -25,12 +25,13 @@ pub struct ConfigArgs {
     /// rule file may hold; more is a load error naming this flag.
     #[arg(long, env = "SLUICE_MAX_RULE_FILE_NODES", default_value_t = FileBounds::default().max_nodes)]
     pub(crate) max_rule_file_nodes: usize,
-    /// The nice value (0 to 19) a reload compiles at. Above 0 a reload takes
+    /// The nice value (0 to 19) a reload compiles at, or 20 for SCHED_IDLE
+    /// (Linux's idle policy, nicer than any nice value). Above 0 a reload takes
     /// the CPU requests leave idle, so requests keep their speed while a big
     /// rule set compiles; on a host whose other processes keep every core
     /// busy it then waits for them, and 0 bounds its time instead.
     #[arg(long, env = "SLUICE_RELOAD_NICE", default_value_t = LoadOptions::default().reload_nice,
-          value_parser = clap::value_parser!(u8).range(0..=19))]
+          value_parser = clap::value_parser!(u8).range(0..=20))]
     pub(crate) reload_nice: u8,
 }
 

@@ -51,8 +51,8 @@ pub struct LoadOptions {
     pub calendar_months: bool,
     /// Bounds on each file (`--max-rule-file-bytes`, `--max-rule-file-nodes`).
     pub file_bounds: FileBounds,
-    /// The nice value reloads compile at (`--reload-nice`, 0 to 19): above 0
-    /// they take the CPU requests leave idle.
+    /// The nice value reloads compile at (`--reload-nice`, 0 to 19, or 20
+    /// for SCHED_IDLE): above 0 they take the CPU requests leave idle.
     pub reload_nice: u8,
 }
 

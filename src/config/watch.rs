@@ -134,27 +134,18 @@ pub async fn reload_behind(
 }
 
 /// Runs `work` (loading and compiling rules) on a thread of its own at a
-/// lower CPU priority (`nice`, 10 unless `--reload-nice` says), so compiling a million rules on a small
-/// host takes the cores requests leave idle instead of sharing them
-/// equally: the old rules answer, at their usual speed, until the new ones
-/// are whole. `None` when the thread could not be started or ended without
+/// lower CPU priority (`nice`, 10 unless `--reload-nice` says; see
+/// [`crate::background`]): the old rules answer, at their usual speed,
+/// until the new ones are whole. `None` when the thread could not be started or ended without
 /// an answer.
 pub async fn behind<T: Send + 'static>(
     nice: u8,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Option<T> {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let spawned = std::thread::Builder::new()
-        .name("sluice-reload".into())
-        .spawn(move || {
-            // The calling thread only (Linux keeps a nice value per thread);
-            // where it cannot be lowered, the work runs as it is.
-            // Threads it starts (a big file read in parts) inherit it.
-            if nice > 0 {
-                let _ = rustix::process::setpriority_process(None, i32::from(nice));
-            }
-            let _ = tx.send(work());
-        });
+    let spawned = crate::background::spawn("sluice-reload", nice, move || {
+        let _ = tx.send(work());
+    });
     if spawned.is_err() {
         return None;
     }

@@ -284,20 +284,25 @@ fn describe(limit: &LimitDef) -> (String, &'static str) {
     }
 }
 
-/// Samples once a second until `token` is cancelled.
+/// Samples once a second until `token` is cancelled. A sample walks every
+/// rule (a million: about 10 ms of a core each second), so it runs on a
+/// thread of its own at the lowest nice value ([`crate::background`]): a
+/// request that wakes meanwhile takes the core at once.
 pub async fn run(console: Arc<Console>, app: App, token: CancellationToken) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {
-                // A walk of every rule (a million: milliseconds): off the
-                // runtime threads that answer requests.
-                let (c, l) = (console.clone(), app.clone());
-                let _ = tokio::task::spawn_blocking(move || c.sample(&l, Now::wall().0)).await;
+    let stop = token.clone();
+    let sampling =
+        crate::background::spawn("sluice-console", crate::background::LOWEST, move || {
+            let mut next = Instant::now();
+            while !stop.is_cancelled() {
+                console.sample(&app, Now::wall().0);
+                next += Duration::from_secs(1);
+                std::thread::sleep(next.saturating_duration_since(Instant::now()));
             }
-            () = token.cancelled() => return,
-        }
+        });
+    if let Err(e) = sampling {
+        tracing::warn!(error = %e, "the console's sampling thread could not start; the console shows no rates");
     }
+    token.cancelled().await;
 }
 
 /// The console's document as of now.

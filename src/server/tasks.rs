@@ -74,31 +74,39 @@ const PRUNE_AFTER_LOAD: u32 = 15;
 
 /// Frees ended windows once a second so memory follows live keys, drops
 /// the metric series of rules no longer in force, and publishes how many
-/// counters live in memory.
+/// counters live in memory. The work walks every live counter and, after a
+/// load, every rule (a million take tens of milliseconds): it runs on a
+/// blocking thread, so no request queued on a runtime worker waits for it.
 async fn sweep(app: App, token: CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut generation = 0;
     let mut prune_for = 0;
     loop {
         tokio::select! {
-            _ = tick.tick() => {
-                let store = &app.store;
-                store.sweep(Now::wall());
-                let c = store.counters();
-                app.metrics.counters(c.live, c.evictions);
-                // Only a load makes series stale, and pruning walks every
-                // rule: each second for a while after a load (old rules are
-                // freed once no request or reader holds them), then not.
-                let now = app.rules.status().generation;
-                if now != generation {
-                    generation = now;
-                    prune_for = PRUNE_AFTER_LOAD;
-                }
-                if prune_for > 0 {
-                    prune_for -= 1;
-                    app.metrics.prune_rules();
-                }
+            _ = tick.tick() => {}
+            () = token.cancelled() => return,
+        }
+        // Only a load makes series stale, and pruning walks every rule:
+        // each second for a while after a load (old rules are freed once
+        // no request or reader holds them), then not.
+        let now = app.rules.status().generation;
+        if now != generation {
+            generation = now;
+            prune_for = PRUNE_AFTER_LOAD;
+        }
+        let prune = prune_for > 0;
+        prune_for = prune_for.saturating_sub(1);
+        let app = app.clone();
+        let work = tokio::task::spawn_blocking(move || {
+            app.store.sweep(Now::wall());
+            let c = app.store.counters();
+            app.metrics.counters(c.live, c.evictions);
+            if prune {
+                app.metrics.prune_rules();
             }
+        });
+        tokio::select! {
+            _ = work => {}
             () = token.cancelled() => return,
         }
     }

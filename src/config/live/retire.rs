@@ -24,11 +24,11 @@ pub(super) fn retire(old: Held) {
     static TX: OnceLock<Option<Sender<Held>>> = OnceLock::new();
     let tx = TX.get_or_init(|| {
         let (tx, rx) = channel();
-        std::thread::Builder::new()
-            .name("sluice-retire".into())
-            .spawn(move || run(&rx))
+        // Freeing a million rules takes a core a fraction of a second:
+        // behind requests, as the reload that replaced them was.
+        crate::background::spawn("sluice-retire", crate::background::LOWEST, move || run(&rx))
             .ok()
-            .map(|_| tx)
+            .map(|()| tx)
     });
     if let Some(tx) = tx {
         let _ = tx.send(old);
