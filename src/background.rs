@@ -23,6 +23,25 @@ pub(crate) fn lower(nice: u8) {
     }
 }
 
+thread_local! {
+    /// Set on a thread started by [`spawn`]: its work shares the host with
+    /// requests.
+    static BEHIND: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// How many threads work that can be split (parsing rule files) may use
+/// from here: every core, but one less on a background thread, so a request
+/// that wakes while a reload parses finds a core idle instead of waiting
+/// for the scheduler to take one back from the reload.
+pub(crate) fn threads() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    if BEHIND.with(std::cell::Cell::get) {
+        cores.saturating_sub(1).max(1)
+    } else {
+        cores
+    }
+}
+
 /// Starts `work` on a thread named `name` at `nice` (see [`lower`]); an
 /// error when the thread could not start.
 pub(crate) fn spawn(
@@ -34,6 +53,7 @@ pub(crate) fn spawn(
         .name(name.into())
         .spawn(move || {
             lower(nice);
+            BEHIND.with(|b| b.set(true));
             work();
         })
         .map(drop)

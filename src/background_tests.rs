@@ -44,3 +44,19 @@ fn background_work_runs_lowered_and_requests_keep_their_priority() {
     assert_eq!(seen[3].2, Some(5), "20 is SCHED_IDLE: {seen:?}");
     assert_eq!(nice_here(), Some(caller), "the caller is left as it was");
 }
+
+#[test]
+fn background_work_leaves_a_core_to_requests() {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    assert_eq!(
+        threads(),
+        cores,
+        "a load at startup or a check uses every core"
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    spawn("test-background", 0, move || {
+        let _ = tx.send(threads());
+    })
+    .unwrap();
+    assert_eq!(rx.recv().unwrap(), cores.saturating_sub(1).max(1));
+}

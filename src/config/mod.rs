@@ -261,17 +261,15 @@ pub fn load_texts(
 pub type Parsed = (Vec<(PathBuf, DomainFile)>, u64);
 
 /// Every document of every file in the model, with a fingerprint of the texts.
-/// Files are parsed on as many threads as there are cores (a platform's
-/// per-customer rules come in many files), and kept in the order found.
+/// Files are parsed on as many threads as there are cores (one less on a
+/// reload: [`crate::background::threads`]; a platform's per-customer rules
+/// come in many files), and kept in the order found.
 fn parse_texts(texts: Vec<(PathBuf, String)>, bounds: FileBounds) -> Result<Parsed, LoadError> {
     let mut hasher = DefaultHasher::new();
     for (file, text) in &texts {
         (file, text).hash(&mut hasher);
     }
-    let threads = std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .min(texts.len())
-        .max(1);
+    let threads = crate::background::threads().min(texts.len()).max(1);
     let parse = |(file, text): &(PathBuf, String)| parse_documents(file, text, bounds);
     let results: Vec<_> = if threads == 1 {
         texts.iter().map(parse).collect()

@@ -109,15 +109,14 @@ fn nodes(node: &Node) -> usize {
     }
 }
 
-/// Reads every part on as many threads as there are cores and joins their
-/// rules in order; `None` when a part fails or the parts hold more nodes
-/// than the file may (the whole-file reading then says why).
+/// Reads every part on as many threads as there are cores (one less on a
+/// reload: [`crate::background::threads`]) and joins their rules in order;
+/// `None` when a part fails or the parts hold more nodes than the file may
+/// (the whole-file reading then says why).
 pub fn read(file: &Path, parts: &Parts<'_>, bounds: FileBounds) -> Option<DomainFile> {
     let failed = AtomicBool::new(false);
     let total = AtomicUsize::new(0);
-    let threads = std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .min(parts.parts.len());
+    let threads = crate::background::threads().min(parts.parts.len());
     let next = AtomicUsize::new(0);
     let read: Vec<(usize, DomainFile)> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
