@@ -7,21 +7,25 @@
 
 FROM rust:1-bookworm AS build
 WORKDIR /src
-# Dependencies first, in a layer of their own: a change under src/ rebuilds
-# only sluice. The stubs stand in for the crate while its dependencies build.
+# Dependencies first, in a layer of their own: a change under src/ or
+# crates/server/ rebuilds only sluice's own crates. The stubs stand in for
+# the server and the sluice crate while the dependencies, the core and the
+# stores build.
 COPY Cargo.toml Cargo.lock ./
 COPY benches benches
-# The workspace's own crates (below everything else).
-COPY crates crates
-RUN mkdir -p src examples && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
-    && echo 'fn main() {}' > examples/noop_rls.rs
+COPY crates/core crates/core
+COPY crates/store crates/store
+COPY crates/server/Cargo.toml crates/server/Cargo.toml
+RUN mkdir -p src examples crates/server/src && echo 'fn main() {}' > src/main.rs \
+    && touch src/lib.rs crates/server/src/lib.rs && echo 'fn main() {}' > examples/noop_rls.rs
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     cargo build --release --locked --bin sluice
+COPY crates/server/src crates/server/src
 COPY src src
 COPY examples examples
 # COPY keeps the files' own times, older than the stubs' build.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
-    touch src/main.rs src/lib.rs \
+    touch src/main.rs src/lib.rs crates/server/src/lib.rs \
     && cargo build --release --locked --bin sluice \
     && strip target/release/sluice
 # The run stage's whole file system.

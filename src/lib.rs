@@ -1,5 +1,7 @@
 //! sluice: a rate-limit service for Envoy's `ratelimit` filter, reading
-//! envoyproxy/ratelimit configs unchanged.
+//! envoyproxy/ratelimit configs unchanged. This crate is the command line,
+//! the composition root and the tools; what serves is `sluice-server`
+//! (`crates/server`), re-exported here under its old paths.
 //!
 //! - [`cli`]: the command line, the only place flags become settings;
 //!   [`app`]: the composition root that builds and runs what they describe,
@@ -23,7 +25,7 @@
 //!   `refusal`: the one place a refusal becomes a gRPC status.
 //! - [`key`]: collision-free counter keys, shared by the stores and the
 //!   console's top keys.
-//! - [`fuzzing`]: entry points for cargo-fuzz; [`hex`]: lowercase hex.
+//! - [`fuzzing`]: entry points for cargo-fuzz.
 
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
@@ -38,41 +40,10 @@
     )
 )]
 
-pub(crate) mod admin;
 pub mod app;
-pub mod application;
-pub(crate) mod background;
 pub mod cli;
-pub mod config;
-pub(crate) mod conn;
-pub mod console;
-pub(crate) mod counters;
 pub(crate) mod envoy_check;
-pub mod fuzzing;
 pub(crate) mod health_probe;
-pub(crate) use sluice_core::hex;
-/// Pure decisions, from the core crate (`crates/core`).
-pub use sluice_core::limiter;
-pub(crate) use sluice_store::key;
 pub(crate) mod loadgen;
-pub mod metrics;
-pub mod privacy;
-pub(crate) mod protojson;
-pub(crate) mod quota;
 pub mod reference_env;
-pub(crate) mod reference_metrics;
-mod refusal;
-pub(crate) mod request;
-/// The counters a rule counts into, from the core crate.
-pub use sluice_core::rule_stats;
-pub(crate) mod server;
-pub mod service;
-pub(crate) mod stamp;
-pub(crate) mod statsd;
-pub(crate) mod table;
-/// The counter stores and their safety net, from the store crate (`crates/store`).
-pub use sluice_store as store;
-pub(crate) mod telemetry;
-use sluice_core::text;
-pub(crate) mod tls;
-pub(crate) mod usage;
+pub use sluice_server::*;

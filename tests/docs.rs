@@ -268,7 +268,7 @@ fn the_reference_lists_every_flag_and_variable_and_no_other() {
 
 /// The admin port's routes, as `METHOD /path`, from the router.
 fn routes() -> BTreeSet<String> {
-    let src = read(&workspace().join("src/admin/mod.rs"));
+    let src = read(&workspace().join("crates/server/src/admin/mod.rs"));
     src.split(".route(\"")
         .skip(1)
         .filter_map(|r| {

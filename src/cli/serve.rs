@@ -16,6 +16,28 @@ use crate::config::xds::{XdsConfig, XdsTls};
 use crate::privacy::Privacy;
 use crate::quota::QuotaOptions;
 use crate::service::{Knobs, ResponseHeaders, Settings};
+
+/// `--response-headers`' values, as clap names them: the service's
+/// [`ResponseHeaders`] (the server knows no command line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ResponseHeadersArg {
+    /// None: Envoy's own `enable_x_ratelimit_headers` builds them from the statuses.
+    None,
+    /// `X-RateLimit-Limit`, `-Remaining` and `-Reset` (draft 03).
+    Draft03,
+    /// `RateLimit-Policy` and `RateLimit` (IETF httpapi draft).
+    Ietf,
+}
+
+impl From<ResponseHeadersArg> for ResponseHeaders {
+    fn from(a: ResponseHeadersArg) -> ResponseHeaders {
+        match a {
+            ResponseHeadersArg::None => ResponseHeaders::None,
+            ResponseHeadersArg::Draft03 => ResponseHeaders::Draft03,
+            ResponseHeadersArg::Ietf => ResponseHeaders::Ietf,
+        }
+    }
+}
 use crate::tls::TlsFiles;
 
 /// Quota mode (Envoy's rate_limit_quota filter) on the gRPC listener.
@@ -201,8 +223,8 @@ pub struct ServeArgs {
     /// enable_x_ratelimit_headers builds draft-03 from the statuses), draft03
     /// (X-RateLimit-*, the reference's LIMIT_RESPONSE_HEADERS_ENABLED) or ietf
     /// (RateLimit-Policy and RateLimit).
-    #[arg(long, env = "SLUICE_RESPONSE_HEADERS", value_enum, default_value_t = ResponseHeaders::None)]
-    pub(crate) response_headers: ResponseHeaders,
+    #[arg(long, env = "SLUICE_RESPONSE_HEADERS", value_enum, default_value_t = ResponseHeadersArg::None)]
+    pub(crate) response_headers: ResponseHeadersArg,
     /// Fill dynamic_metadata in responses (the reference's RESPONSE_DYNAMIC_METADATA).
     #[arg(long, env = "SLUICE_RESPONSE_DYNAMIC_METADATA")]
     pub(crate) response_dynamic_metadata: bool,
@@ -307,7 +329,7 @@ impl ServeArgs {
                 self.key_hash_secret.clone().map(String::into_bytes),
             ),
             limits: self.limits.limits(),
-            response_headers: self.response_headers,
+            response_headers: self.response_headers.into(),
             knobs: Knobs {
                 quota_mode: self.quota_mode,
                 near_ratio: self.near_limit_ratio,

@@ -16,7 +16,7 @@ use crate::rule_stats::RuleStats;
 /// Seconds of rates kept per graphed rule.
 pub const SAMPLES: usize = 180;
 /// Rules graphed at once by default (`--console-max-rules`).
-pub(crate) const GRAPHED: usize = 1000;
+pub const GRAPHED: usize = 1000;
 /// Seconds of requests that rank graphed rules against a newcomer.
 const RECENT: usize = 10;
 

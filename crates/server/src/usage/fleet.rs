@@ -54,7 +54,7 @@ fn add_levels(keys: &mut [i64], pairs: &Value) {
 /// The `/api/usage` answers of every instance sharing a store, as one
 /// answer of the same shape: per domain and rule, the summed distribution,
 /// its quantiles and what the rule's limit refused.
-pub(crate) fn merge(docs: &[Value]) -> Value {
+pub fn merge(docs: &[Value]) -> Value {
     let mut all: BTreeMap<String, BTreeMap<String, Summed>> = BTreeMap::new();
     for doc in docs {
         for d in domains(doc) {

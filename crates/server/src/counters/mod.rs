@@ -10,7 +10,7 @@
 //! lookup finds its hashed counter.
 
 pub(crate) mod auth;
-pub(crate) mod client;
+pub mod client;
 pub(crate) mod stats;
 
 use serde_json::{Value, json};

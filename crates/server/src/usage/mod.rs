@@ -3,8 +3,9 @@
 //! each limit's history, what a limit would refuse) is counted in the core
 //! ([`sluice_core::usage`], re-exported here).
 
-pub(crate) mod fleet;
+pub mod fleet;
 mod report;
 
-pub(crate) use report::{advice_table, domain_report, limit_report};
+pub use report::advice_table;
+pub(crate) use report::{domain_report, limit_report};
 pub use sluice_core::usage::*;

@@ -120,7 +120,7 @@ pub(crate) fn limit_report(rule: &Rule, limit: Option<u64>, now: u64) -> Option<
 }
 
 /// `sluice advise`'s table, from `/api/usage` (one domain, or all).
-pub(crate) fn advice_table(doc: &Value) -> String {
+pub fn advice_table(doc: &Value) -> String {
     use crate::table::{at, cell, columns};
     let head = [
         "DOMAIN",

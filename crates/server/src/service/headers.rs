@@ -12,8 +12,9 @@ use std::fmt::Write as _;
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 
-/// Which headers sluice adds (`--response-headers`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+/// Which headers sluice adds (`--response-headers`; the command line's
+/// names for it are its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ResponseHeaders {
     /// None: Envoy's own `enable_x_ratelimit_headers` builds them from the statuses.
     #[default]

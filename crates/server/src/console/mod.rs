@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use history::Journal;
-pub(crate) use rates::GRAPHED;
+pub use rates::GRAPHED;
 use rates::Rates;
 
 use crate::application::App;
@@ -36,7 +36,7 @@ use crate::service::OverLimitWatch;
 use top::WINDOW_SECONDS as TOP_KEYS_WINDOW_SECONDS;
 
 /// Slots of the top over-limit keys by default (`--console-top-keys`).
-pub(crate) const TOP_KEYS: usize = 64;
+pub const TOP_KEYS: usize = 64;
 
 /// The page and its assets, compiled into the binary.
 pub const PAGE: &str = include_str!("page.html");

@@ -15,9 +15,9 @@ use crate::table::{at, cell, columns};
 const MAX_ANSWER: u64 = 4 << 20;
 
 /// What a call came to: the HTTP status and the body.
-pub(crate) struct Answer {
-    pub(crate) status: u16,
-    pub(crate) body: String,
+pub struct Answer {
+    pub status: u16,
+    pub body: String,
 }
 
 /// `http://host:port` (a trailing `/` allowed) to `host:port`.
@@ -29,7 +29,7 @@ fn authority(admin: &str) -> Result<&str, String> {
 }
 
 /// One request to the admin port.
-pub(crate) fn call(
+pub fn call(
     admin: &str,
     method: &str,
     path: &str,
@@ -93,7 +93,7 @@ fn dechunk(mut s: &str) -> String {
 }
 
 /// The lookup body for `domain` and descriptors written `k=v,k=v`.
-pub(crate) fn body(domain: &str, descriptors: &[String]) -> Result<Value, String> {
+pub fn body(domain: &str, descriptors: &[String]) -> Result<Value, String> {
     let descriptors: Result<Vec<Value>, String> = descriptors
         .iter()
         .map(|d| {
@@ -113,7 +113,7 @@ pub(crate) fn body(domain: &str, descriptors: &[String]) -> Result<Value, String
 }
 
 /// The lookup (or reset) as a table: a line per limit.
-pub(crate) fn table(doc: &Value) -> String {
+pub fn table(doc: &Value) -> String {
     let reset = at(doc, "/reset").as_bool() == Some(true);
     let count = if reset { "COUNT BEFORE" } else { "COUNT" };
     let mut rows = vec![
@@ -173,7 +173,7 @@ pub(crate) fn table(doc: &Value) -> String {
 }
 
 /// The top as a table, with the command that looks each key up.
-pub(crate) fn top_table(doc: &Value) -> String {
+pub fn top_table(doc: &Value) -> String {
     let mut rows = vec![vec![
         "REFUSED".to_owned(),
         "RULE".into(),
