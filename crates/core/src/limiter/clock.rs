@@ -17,20 +17,21 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-/// This process's monotonic origin.
-fn origin() -> Instant {
-    static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    *ORIGIN.get_or_init(Instant::now)
-}
-
-/// The store's time in µs at [`origin`], or [`UNANCHORED`] when no store
+/// The store's time in µs at `origin`, or [`UNANCHORED`] when no store
 /// has been read (the host's wall clock is read instead), half the round
 /// trip of the reading it came from (aged, see [`DRIFT_PER_US`]), and when
-/// that was (µs since [`origin`]).
+/// that was (µs since `origin`).
+///
+/// `origin` is a monotonic instant fixed on first use, which may be after
+/// the reading it is first used for (a process's first reading is taken
+/// before anything asked for the origin): a reading's middle is measured
+/// from it with its sign, so a reading older than the origin is placed
+/// before it, not at it.
 struct Anchor {
+    origin: OnceLock<Instant>,
     at_origin_us: AtomicI64,
     uncertainty_us: AtomicU64,
-    read_at_us: AtomicU64,
+    read_at_us: AtomicI64,
 }
 
 /// How far this host's monotonic clock may drift from the store's clock: 1
@@ -45,10 +46,25 @@ static CLOCK: Anchor = Anchor::new();
 impl Anchor {
     const fn new() -> Anchor {
         Anchor {
+            origin: OnceLock::new(),
             at_origin_us: AtomicI64::new(UNANCHORED),
             uncertainty_us: AtomicU64::new(0),
-            read_at_us: AtomicU64::new(0),
+            read_at_us: AtomicI64::new(0),
         }
+    }
+
+    fn origin(&self) -> Instant {
+        *self.origin.get_or_init(Instant::now)
+    }
+
+    /// µs from the origin to `at`, negative when `at` came before it.
+    fn since_origin_us(&self, at: Instant) -> i64 {
+        let origin = self.origin();
+        let (d, sign) = match at.checked_duration_since(origin) {
+            Some(d) => (d, 1),
+            None => (origin.duration_since(at), -1),
+        };
+        sign * i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
     }
 
     fn now_us(&self) -> u64 {
@@ -56,7 +72,7 @@ impl Anchor {
         if anchor == UNANCHORED {
             return host_us();
         }
-        let since = i64::try_from(origin().elapsed().as_micros()).unwrap_or(i64::MAX);
+        let since = i64::try_from(self.origin().elapsed().as_micros()).unwrap_or(i64::MAX);
         u64::try_from(anchor.saturating_add(since)).unwrap_or(0)
     }
 
@@ -67,15 +83,16 @@ impl Anchor {
     fn follow(&self, store_us: u64, sent: Instant, answered: Instant) {
         let rtt = answered.saturating_duration_since(sent);
         let middle = sent + rtt / 2;
-        let since = u64::try_from(middle.saturating_duration_since(origin()).as_micros())
-            .unwrap_or(u64::MAX);
+        let since = self.since_origin_us(middle);
         let anchor = i64::try_from(store_us)
             .unwrap_or(i64::MAX)
-            .saturating_sub(i64::try_from(since).unwrap_or(i64::MAX));
+            .saturating_sub(since);
         let fresh = u64::try_from(rtt.as_micros() / 2).unwrap_or(u64::MAX);
         let held = self.at_origin_us.load(Relaxed);
         if held != UNANCHORED {
-            let age = since.saturating_sub(self.read_at_us.load(Relaxed));
+            let age = since
+                .saturating_sub(self.read_at_us.load(Relaxed))
+                .unsigned_abs();
             let kept = self
                 .uncertainty_us
                 .load(Relaxed)

@@ -51,3 +51,32 @@ fn a_slow_reading_keeps_the_better_anchor_unless_the_store_moved() {
     assert_ne!(clock.at_origin_us.load(Relaxed), anchor, "taken");
     assert_eq!(clock.uncertainty_us.load(Relaxed), 15_000);
 }
+
+/// A process's first reading is taken before anything fixed the clock's
+/// origin (the origin is fixed by the reading itself, after its answer,
+/// and after the readings taken beside it to keep the best): the reading
+/// is still placed at its own middle, so the clock is within the
+/// reading's uncertainty of the store's, not behind it by however long
+/// the origin came after. (It was placed at the origin: a restarted
+/// instance ran behind the store by its start-up's delays, past the guard
+/// of its over-limit cache, and refused a new window's first requests
+/// from the last window's refusal.)
+#[test]
+fn a_first_reading_older_than_the_origin_is_placed_at_its_middle() {
+    let clock = Anchor::new();
+    let Some(sent) = Instant::now().checked_sub(Duration::from_millis(30)) else {
+        return;
+    };
+    let answered = sent + Duration::from_millis(2);
+    // The store agrees with this host; it was read 29 ms ago.
+    let store = host_us() - 29_000;
+    clock.follow(store, sent, answered);
+    let lo = host_us();
+    let got = clock.now_us();
+    let hi = host_us();
+    let guard = clock.uncertainty_us.load(Relaxed) + 1_000;
+    assert!(
+        got + guard >= lo && got <= hi + guard,
+        "{got} not within {guard} µs of [{lo}, {hi}]"
+    );
+}
