@@ -20,7 +20,11 @@
 //!   count fell below them: a reset through another instance), so a reset
 //!   is seen within that;
 //! - a chunk grows only by doubling after one was spent while trusted, and
-//!   is what was spent otherwise, so a slow key takes no chunk at all.
+//!   is what was spent otherwise, so a slow key takes no chunk at all;
+//! - a take carries when its caller gives it up ([`crate::Take`]): a store
+//!   that runs it later (stopped or throttled while the take waited in its
+//!   queue) counts the request's own hits instead of the chunk, so a take
+//!   given up never counts positions no one will admit.
 //!
 //! A request asked while a take of its counter is in flight skips the
 //! over-limit cache, and a refusal it gets waits, within the store timeout,
@@ -216,13 +220,12 @@ impl Allowance {
     pub(crate) fn took(&self, inc: &Increment, chunk: u64, tally: Tally, had_us: u64) -> Tally {
         let after = match tally {
             Tally::Count(after) => after,
-            // Counted in the store's window, not the one asked: nothing is
-            // leased, and the request's own answer is its position.
+            // Counted for the request's own hits only (in the store's window,
+            // not the one asked; or run after the take was given up):
+            // nothing is leased, and the count is the request's own.
             Tally::Moved(after) => {
                 self.abandon(inc);
-                let unspent = chunk.saturating_sub(inc.hits);
-                self.stranded.fetch_add(unspent, Relaxed);
-                return Tally::Moved(after.saturating_sub(chunk).saturating_add(inc.hits));
+                return Tally::Moved(after);
             }
             _ => {
                 self.abandon(inc);

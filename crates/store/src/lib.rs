@@ -100,6 +100,21 @@ pub struct Increment {
     /// request was answered (a shadow-mode rule's, answered from the
     /// over-limit cache); `None` for every other rule.
     pub late: Option<Arc<dyn CountedLate>>,
+    /// A take of a chunk to lease in a request's place ([`allowance`]):
+    /// `None` for every increment a request makes itself.
+    pub take: Option<Take>,
+}
+
+/// What a take of a chunk carries beside the chunk (its `hits`): the
+/// request's own hits, and when its caller stops waiting. A store that
+/// runs the take after that counts the request's own hits only: the caller
+/// has given the take up, so a chunk counted then would be leased to no one
+/// and refuse others for the rest of the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Take {
+    pub own: u64,
+    /// On the clock decisions follow, in µs since the epoch.
+    pub until_us: u64,
 }
 
 /// Told of hits the store counted after their requests were answered: a
@@ -157,6 +172,7 @@ impl Increment {
             algorithm: Algorithm::FixedWindow,
             on_failure: None,
             late: None,
+            take: None,
         }
     }
 }

@@ -116,6 +116,7 @@ fn inc(v: &str) -> Increment {
         algorithm: crate::limiter::Algorithm::FixedWindow,
         on_failure: None,
         late: None,
+        take: None,
     }
 }
 

@@ -32,6 +32,8 @@ local function refused(e)
 end
 for i = 0, #ARGV / 8 - 1 do
   local kind, hits, ttl = tonumber(ARGV[8*i+1]), ARGV[8*i+2], ARGV[8*i+3]
+  local take = kind >= 32
+  if take then kind = kind - 32 end
   local overdraft = kind >= 16
   if overdraft then kind = kind - 16 end
   local demand = kind >= 8
@@ -141,6 +143,19 @@ for i = 0, #ARGV / 8 - 1 do
         if kind == 1 then k = k + 1 end
       end
     end
+    -- A take of a chunk run after its caller gave it up (when, on this
+    -- clock, is its second number) counts the request's own hits only.
+    local late = false
+    if take and not moved then
+      if now == nil then
+        local t = redis.call('TIME')
+        now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+      end
+      if now > tonumber(ARGV[8*i+5]) then
+        hits = ARGV[8*i+6]
+        late = true
+      end
+    end
     local n = 0
     if moved then
     elseif not refund then
@@ -160,6 +175,7 @@ for i = 0, #ARGV / 8 - 1 do
     else
       a = n
       if not refund then redis.call('EXPIRE', key, ttl) end
+      if late then b = -4 end
     end
     if kind == 1 and not moved then
       local prev = KEYS[k]

@@ -12,6 +12,11 @@
 //! - fixed window: the count after `INCRBY`, and 0;
 //! - sliding window: this window's count after `INCRBY`, and the previous
 //!   window's count;
+//! - a fixed window's take of a chunk to lease (its kind carries 32): the
+//!   second argument of the kind is when its caller gives it up (µs on
+//!   Redis's clock) and the slot argument the request's own hits; run
+//!   later than that, it counts the request's own hits only and answers
+//!   -4 second;
 //! - either, when its period (the first argument of the kind) is not 0 and
 //!   Redis's clock (`TIME`) is in another of its windows than the one asked:
 //!   nothing counted, -3 and the start of Redis's window, so the count is
@@ -73,6 +78,10 @@ const DEMAND: u64 = 8;
 /// Added to a token bucket's tag when it takes hits that do not fit, into
 /// debt (`overdraft: true`).
 const OVERDRAFT: u64 = 16;
+/// Added to a fixed window's tag for a take of a chunk to lease: the
+/// second number of the kind is when its caller gives it up (µs, the
+/// store's clock), the slot argument the request's own hits.
+const TAKE: u64 = 32;
 
 /// Seconds a key may outlive its window. Expiries are relative to sluice's own
 /// clock, so a skew between sluice and Redis cannot end a window early.
@@ -99,9 +108,16 @@ impl Op {
             ),
         };
         let demand = inc.usage_counts_refused && inc.algorithm.refill().is_some();
+        let (p2, slot) = match (inc.take, inc.algorithm) {
+            (Some(t), Algorithm::FixedWindow) => {
+                (t.until_us, Some(t.own.to_string().into_boxed_str()))
+            }
+            _ => (p2, inc.slot.clone()),
+        };
+        let take = if slot.is_some() && p2 > 0 { TAKE } else { 0 };
         Op {
             keys,
-            slot: inc.slot.clone(),
+            slot,
             args: [
                 u64::from(inc.algorithm.tag())
                     + if inc.refund { REFUND } else { 0 }
@@ -110,7 +126,8 @@ impl Op {
                         OVERDRAFT
                     } else {
                         0
-                    },
+                    }
+                    + take,
                 inc.hits,
                 ttl,
                 p1,
@@ -161,6 +178,9 @@ pub(super) fn add_args(inv: &mut redis::ScriptInvocation<'_>, args: &[u64; 7], s
 
 /// The script's first answer for a window Redis's clock is not in.
 const ELSEWHERE: i64 = -3;
+/// A fixed window's second answer for a take run after its caller gave it
+/// up: the first is the count after the request's own hits, no chunk.
+const LATE: i64 = -4;
 
 /// What the script said of one increment.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -169,6 +189,9 @@ pub(super) enum Answer {
     /// Not counted: Redis's clock is in the window of this period that
     /// starts at this second, not in the one asked.
     Elsewhere(u64),
+    /// A take run after its caller gave it up: the count after the
+    /// request's own hits, no chunk counted.
+    Late(u64),
 }
 
 /// Answers from the script's raw replies ([`ANSWERS`] per increment) for
@@ -200,6 +223,9 @@ pub(super) fn decode(
                 n => u64::try_from(n)
                     .map_err(|_| StoreError::BadReply(format!("negative count {n}"))),
             };
+            if kind == 0 && b == LATE {
+                return Ok(Answer::Late(count(a)?));
+            }
             Ok(Answer::Counted(match kind {
                 1 => Tally::Sliding {
                     current: count(a)?,

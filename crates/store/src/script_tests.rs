@@ -12,6 +12,7 @@ fn replies_decode_by_kind_and_refused_counters_are_errors() {
             .map(|a| match a {
                 Answer::Counted(t) => *t,
                 Answer::Elsewhere(s) => panic!("elsewhere {s}"),
+                Answer::Late(n) => panic!("late {n}"),
             })
             .collect()
     };
@@ -67,4 +68,21 @@ fn a_window_the_stores_clock_is_not_in_is_answered_with_the_stores() {
         decode([2].into_iter(), &[-3, 5, 0]),
         Err(StoreError::BadReply(_))
     ));
+}
+
+/// A take Redis ran after its caller gave it up answers the count after
+/// the request's own hits, marked late; only a fixed window's.
+#[test]
+fn a_late_take_is_answered_as_late() {
+    assert_eq!(
+        decode([0].into_iter(), &[12, -4, 0]).unwrap(),
+        [Answer::Late(12)]
+    );
+    assert_eq!(
+        decode([1].into_iter(), &[12, 4, 0]).unwrap(),
+        [Answer::Counted(Tally::Sliding {
+            current: 12,
+            previous: 4
+        })]
+    );
 }

@@ -109,6 +109,7 @@ impl Counting<'_> {
                 }
                 _ => None,
             },
+            take: None,
         }
     }
 

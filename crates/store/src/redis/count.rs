@@ -9,8 +9,10 @@
 //! every fixed and sliding window against `TIME` and counts none that
 //! Redis's clock is not in, so one real window is one key whatever the
 //! instances' clocks say: those increments are asked again, once, in the
-//! window Redis named, and answered as [`Tally::Moved`], so nothing local
-//! (a lease, the over-limit cache) takes their count for the window asked.
+//! window Redis named (a take for its request's own hits), and answered as
+//! [`Tally::Moved`], so nothing local (a lease, the over-limit cache) takes
+//! their count for the window asked. A take Redis ran after its caller gave
+//! it up counted the request's own hits only, and is answered so too.
 
 use futures_util::future::try_join_all;
 use redis::cluster_routing::Slot;
@@ -36,6 +38,7 @@ impl RedisStore {
         for (i, (answer, inc)) in answers.into_iter().zip(batch).enumerate() {
             match answer {
                 Answer::Counted(t) => tallies.push(t),
+                Answer::Late(n) => tallies.push(Tally::Moved(n)),
                 Answer::Elsewhere(start) => {
                     tallies.push(Tally::Decided(Decision::Refuse));
                     again.push((i, in_window(inc, start)));
@@ -57,7 +60,7 @@ impl RedisStore {
                 // boundary passed between the two calls) is not counted,
                 // and a count that never came is a refusal.
                 *t = match answer {
-                    Answer::Counted(Tally::Count(n)) => Tally::Moved(n),
+                    Answer::Counted(Tally::Count(n)) | Answer::Late(n) => Tally::Moved(n),
                     Answer::Counted(other) => other,
                     Answer::Elsewhere(_) => Tally::Decided(Decision::Refuse),
                 };
@@ -189,11 +192,14 @@ impl RedisStore {
 }
 
 /// `inc` asked in the window of its period that starts at `start`, at that
-/// window's first second.
+/// window's first second; a take, for the request's own hits (nothing is
+/// leased from a window the instance did not ask for).
 fn in_window(inc: &Increment, start: u64) -> Increment {
     Increment {
         window: Window::containing(inc.window.period, Now(start)),
         at_us: start.saturating_mul(1_000_000),
+        hits: inc.take.map_or(inc.hits, |t| t.own),
+        take: None,
         ..inc.clone()
     }
 }

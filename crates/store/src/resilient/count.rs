@@ -7,8 +7,8 @@ use tokio::time::Instant;
 
 use super::{Resilient, Undecided};
 use crate::allowance::Plan;
-use crate::limiter::{Decision, Now, Tally};
-use crate::{Increment, StoreError};
+use crate::limiter::{Decision, Now, Tally, clock};
+use crate::{Increment, StoreError, Take};
 
 /// How one increment of a batch goes.
 #[derive(Debug, Clone, Copy)]
@@ -52,12 +52,17 @@ impl Resilient {
         let steps: Vec<Step> = batch.iter().map(|inc| self.step(inc)).collect();
         // A take asks for the chunk in the request's place; only takes are
         // copied, so a batch with none allocates nothing more.
+        let mut until_us = None;
         let takes: Vec<Increment> = batch
             .iter()
             .zip(&steps)
             .filter_map(|(inc, s)| match s {
                 Step::Ask(Some(chunk)) => Some(Increment {
                     hits: *chunk,
+                    take: Some(Take {
+                        own: inc.hits,
+                        until_us: *until_us.get_or_insert_with(|| self.given_up_us(deadline)),
+                    }),
                     ..inc.clone()
                 }),
                 _ => None,
@@ -93,6 +98,20 @@ impl Resilient {
             })
             .map(|t| t.unwrap_or(Tally::Decided(Decision::Refuse)))
             .collect())
+    }
+
+    /// When a take sent now is to be treated as given up, on the store's
+    /// clock: half way through its wait, less how far this instance's
+    /// clock may be from the store's. A take the store runs later counts
+    /// the request's own hits only; one it runs earlier is answered in
+    /// time unless the answer then waits half the wait to be read (this
+    /// instance starved of CPU), the one way left for a chunk to be counted
+    /// for no one.
+    fn given_up_us(&self, deadline: Option<Instant>) -> u64 {
+        let wait = u64::try_from(self.wait(deadline).as_micros()).unwrap_or(u64::MAX);
+        Now::wall_us()
+            .saturating_add(wait / 2)
+            .saturating_sub(clock::guard_us())
     }
 
     /// Counts what was answered here, for the metrics.
