@@ -9,7 +9,9 @@
 //! `make chaos SEED=.. DURATION=..` runs any seed for any time and prints
 //! the table the book's "Guarantees under faults" page shows. A seed reruns
 //! the same schedule. `CHAOS_HISTORY=DIR` keeps each run's history there as
-//! JSON lines.
+//! JSON lines, and every instance's log beside it; `CHAOS_FAULTS=kill,throttle`
+//! draws the schedule from the fault kinds whose names contain one of those
+//! words (to chase one violation down).
 
 mod common;
 
@@ -23,6 +25,8 @@ mod fleet;
 mod history;
 #[path = "chaos/kinds.rs"]
 mod kinds;
+#[path = "chaos/logs.rs"]
+mod logs;
 #[path = "chaos/nemesis.rs"]
 mod nemesis;
 #[path = "chaos/proxy.rs"]
@@ -59,13 +63,19 @@ const INSTANCES: usize = 2;
 
 /// One run: the fleet, the clients, the observer and the nemesis, then the
 /// checker over what they recorded.
-fn run(seed: u64, duration: Duration, backend: Backend, extra: &[&str]) -> checker::Report {
+fn run(
+    seed: u64,
+    duration: Duration,
+    backend: Backend,
+    extra: &[&str],
+    kinds: &[nemesis::Kind],
+) -> checker::Report {
     let fleet = Arc::new(fleet::Fleet::start(INSTANCES, backend, extra));
     let history = Arc::new(Mutex::new(History {
         seed,
         ..History::default()
     }));
-    let plan = nemesis::schedule(seed, duration, INSTANCES, &nemesis::kinds(backend));
+    let plan = nemesis::schedule(seed, duration, INSTANCES, kinds);
     let start = now_ms();
     let until = start + u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -103,6 +113,7 @@ fn run(seed: u64, duration: Duration, backend: Backend, extra: &[&str]) -> check
         let path = std::path::Path::new(&dir).join(format!("seed-{seed}.jsonl"));
         let _ = std::fs::create_dir_all(&dir);
         let _ = std::fs::write(&path, h.json_lines());
+        fleet.save_logs(&std::path::Path::new(&dir).join(format!("seed-{seed}")));
     }
     let kinds: std::collections::BTreeSet<&str> =
         h.faults.iter().map(|f| f.kind.as_str()).collect();
@@ -147,7 +158,7 @@ fn table(r: &checker::Report) -> String {
 #[test]
 fn short_seeds_keep_every_promise() {
     for (seed, backend, flags) in SEEDS {
-        let r = run(seed, SHORT, backend, flags);
+        let r = run(seed, SHORT, backend, flags, &nemesis::kinds(backend));
         eprintln!("{}", table(&r));
         assert!(r.ops > 1_000, "seed {seed}: only {} operations", r.ops);
         assert_eq!(
@@ -193,7 +204,8 @@ fn chaos() {
         .unwrap_or_default();
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
     let backend = Backend::from_env();
-    let r = run(seed, Duration::from_secs(secs), backend, &extra);
+    let kinds = nemesis::chosen(backend);
+    let r = run(seed, Duration::from_secs(secs), backend, &extra, &kinds);
     println!(
         "seed {seed} on {}, {secs} s, {} operations\n\n{}",
         backend.name(),

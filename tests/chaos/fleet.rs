@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use super::common::throttle::Throttle;
 use super::common::{Sluice, config_dir, send_signal};
+use super::logs::Logs;
 use super::proxy::Proxy;
 use super::store::{Backend, Store};
 use super::xds::Xds;
@@ -110,6 +111,7 @@ pub struct Fleet {
     throttle: Mutex<Option<Throttle>>,
     /// The management server, when the rules come over xDS.
     xds: Option<Xds>,
+    logs: Logs,
 }
 
 impl Fleet {
@@ -131,6 +133,7 @@ impl Fleet {
         // store's flags name its own addresses.
         let proxies: Vec<Proxy> = (0..n).map(|_| Proxy::start(store.port())).collect();
         let clocks = tempfile::tempdir().expect("tempdir");
+        let logs = Logs::default();
         let instances = proxies
             .iter()
             .enumerate()
@@ -153,6 +156,7 @@ impl Fleet {
                     });
                     assert!(pushed, "pushed rules never shown: {}", s.get("/rlconfig").1);
                 }
+                logs.keep(i, &s);
                 Instance {
                     grpc: s.grpc,
                     sluice: Mutex::new(Some(s)),
@@ -171,6 +175,7 @@ impl Fleet {
             stopped: Mutex::new(None),
             throttle: Mutex::new(None),
             xds,
+            logs,
         }
     }
 
@@ -252,6 +257,7 @@ impl Fleet {
             &all,
             &self.clock(i),
         );
+        self.logs.keep(i, &s);
         *inst.sluice.lock().expect("instance") = Some(s);
     }
 
@@ -265,6 +271,11 @@ impl Fleet {
         let sign = if ms < 0 { '-' } else { '+' };
         let (s, frac) = (ms.abs() / 1000, ms.abs() % 1000);
         std::fs::write(self.clock(i), format!("{sign}{s}.{frac:03}")).expect("clock");
+    }
+
+    /// Every instance's log, as `<prefix>-instance-<i>-<n>.log`.
+    pub fn save_logs(&self, prefix: &Path) {
+        self.logs.save(prefix);
     }
 
     /// Each instance's admin address, while it runs.
@@ -309,37 +320,7 @@ impl Fleet {
         let file = self.dir.path().join(".flood.bin");
         std::fs::write(&file, body).expect("body");
         for i in &self.instances {
-            let spawned = Command::new("h2load")
-                .args([
-                    "-n",
-                    "100000000",
-                    "-c",
-                    "16",
-                    "-m",
-                    "64",
-                    "-t",
-                    "1",
-                    "-D",
-                    "60",
-                ])
-                .args([
-                    "-H",
-                    "content-type:application/grpc",
-                    "-H",
-                    "te:trailers",
-                    "-d",
-                ])
-                .arg(&file)
-                .arg(format!(
-                    "http://{}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
-                    i.grpc
-                ))
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn();
-            if let Ok(c) = spawned {
-                flood.push(c);
-            }
+            flood.extend(h2load(&file, i.grpc));
         }
     }
 
@@ -394,4 +375,19 @@ fn start(dir: &Path, grpc: &str, args: &[String], clock: &Path) -> Sluice {
             ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
         ],
     )
+}
+
+/// h2load at `grpc`, 16 connections x 64 streams, sending `body` for 60 s.
+fn h2load(body: &Path, grpc: SocketAddr) -> Option<Child> {
+    const ARGS: &str =
+        "-n 100000000 -c 16 -m 64 -t 1 -D 60 -H content-type:application/grpc -H te:trailers -d";
+    let rls = "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+    Command::new("h2load")
+        .args(ARGS.split(' '))
+        .arg(body)
+        .arg(format!("http://{grpc}/{rls}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .ok()
 }

@@ -87,6 +87,29 @@ pub fn kinds(backend: Backend) -> Vec<Kind> {
         .collect()
 }
 
+/// [`kinds`] narrowed by `CHAOS_FAULTS` (words, comma-separated; a kind
+/// is kept when its name contains one), all of them without it.
+pub fn chosen(backend: Backend) -> Vec<Kind> {
+    let all = kinds(backend);
+    let Ok(words) = std::env::var("CHAOS_FAULTS") else {
+        return all;
+    };
+    let words: Vec<&str> = words
+        .split(',')
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+        .collect();
+    let kept: Vec<Kind> = all
+        .into_iter()
+        .filter(|k| words.iter().any(|w| k.name().contains(w)))
+        .collect();
+    assert!(
+        !kept.is_empty(),
+        "CHAOS_FAULTS={words:?} names no fault kind"
+    );
+    kept
+}
+
 impl Kind {
     pub fn name(self) -> &'static str {
         match self {

@@ -60,9 +60,12 @@ pub fn check(h: &History, instances: usize, r: &mut Report) {
         {
             continue;
         }
+        // Counted from the last reset that surely emptied the counter: one
+        // answered 200. (One refused, or never answered, may have left it
+        // as it was: the store down, the rule not there yet.)
         let since = resets
             .iter()
-            .filter(|x| x.sent >= w && reset_end(x) + STALE_MS <= op.sent)
+            .filter(|x| x.status == 200 && x.sent >= w && reset_end(x) + STALE_MS <= op.sent)
             .map(|x| x.sent)
             .max()
             .unwrap_or(w);
