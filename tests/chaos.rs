@@ -33,6 +33,8 @@ mod nemesis;
 mod proxy;
 #[path = "chaos/refusals.rs"]
 mod refusals;
+#[path = "chaos/sentinel.rs"]
+mod sentinel;
 #[path = "chaos/store.rs"]
 mod store;
 #[path = "chaos/workload.rs"]

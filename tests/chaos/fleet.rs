@@ -131,7 +131,7 @@ impl Fleet {
         }
         // Where the fleet is not proxied the proxies carry nothing: the
         // store's flags name its own addresses.
-        let proxies: Vec<Proxy> = (0..n).map(|_| Proxy::start(store.port())).collect();
+        let proxies: Vec<Proxy> = (0..n).map(|_| store.link()).collect();
         let clocks = tempfile::tempdir().expect("tempdir");
         let logs = Logs::default();
         let instances = proxies

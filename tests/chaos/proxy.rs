@@ -3,12 +3,20 @@
 //! cut every connection and refuse new ones (a partition); or hold every
 //! byte while keeping the connections open (a link gone silent, which no
 //! error ever reports).
+//!
+//! In front of a Sentinel it is the instance's whole link: the master the
+//! Sentinel names is answered as a proxy of the same link in front of it
+//! (`sentinel.rs`), so a fault of the link reaches the sentinels and every
+//! master the instance follows, and no other instance's.
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use super::sentinel;
 
 const PASS: u8 = 0;
 const PARTITION: u8 = 1;
@@ -20,17 +28,57 @@ pub struct Proxy {
     mode: Arc<AtomicU8>,
     delay_ms: Arc<AtomicU64>,
     open: Arc<Mutex<Vec<TcpStream>>>,
+    /// In front of a Sentinel: each master port it named, and the port of
+    /// this link's proxy in front of that master (`None`: a plain proxy).
+    masters: Option<Arc<Mutex<HashMap<u16, u16>>>>,
 }
 
 impl Proxy {
     /// A proxy on a free loopback port in front of `target`.
     pub fn start(target: u16) -> Proxy {
+        Proxy::serve(target, None, None)
+    }
+
+    /// A proxy in front of the Sentinel at `target`, whose answers name
+    /// this link's own proxies in front of the masters.
+    pub fn start_sentinel(target: u16) -> Proxy {
+        Proxy::serve(target, None, Some(Arc::default()))
+    }
+
+    /// The port of this link's proxy in front of `master`, started on
+    /// first use.
+    fn master(&self, master: u16) -> u16 {
+        let Some(masters) = &self.masters else {
+            return master;
+        };
+        let mut masters = masters.lock().expect("masters");
+        *masters
+            .entry(master)
+            .or_insert_with(|| Proxy::serve(master, Some(self), None).port)
+    }
+
+    /// Listens in front of `target`; a proxy of the link of `of` when
+    /// given, and one that rewrites a Sentinel's answers when `masters`.
+    fn serve(
+        target: u16,
+        of: Option<&Proxy>,
+        masters: Option<Arc<Mutex<HashMap<u16, u16>>>>,
+    ) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
-        let proxy = Proxy {
-            port: listener.local_addr().expect("addr").port(),
-            mode: Arc::new(AtomicU8::new(PASS)),
-            delay_ms: Arc::new(AtomicU64::new(0)),
-            open: Arc::new(Mutex::new(Vec::new())),
+        let port = listener.local_addr().expect("addr").port();
+        let proxy = match of {
+            Some(link) => Proxy {
+                port,
+                masters: None,
+                ..link.clone()
+            },
+            None => Proxy {
+                port,
+                mode: Arc::new(AtomicU8::new(PASS)),
+                delay_ms: Arc::new(AtomicU64::new(0)),
+                open: Arc::new(Mutex::new(Vec::new())),
+                masters,
+            },
         };
         let p = proxy.clone();
         std::thread::spawn(move || {
@@ -54,14 +102,15 @@ impl Proxy {
         if let (Ok(c), Ok(s)) = (client.try_clone(), server.try_clone()) {
             self.open.lock().expect("open").extend([c, s]);
         }
-        for (from, to) in [
-            (client.try_clone(), server.try_clone()),
-            (Ok(server), Ok(client)),
+        for (from, to, answers) in [
+            (client.try_clone(), server.try_clone(), false),
+            (Ok(server), Ok(client), true),
         ] {
             let (Ok(mut from), Ok(mut to)) = (from, to) else {
                 continue;
             };
             let (mode, delay) = (self.mode.clone(), self.delay_ms.clone());
+            let link = (answers && self.masters.is_some()).then(|| self.clone());
             std::thread::spawn(move || {
                 let mut buf = [0u8; 16384];
                 while let Ok(n) = from.read(&mut buf) {
@@ -76,7 +125,11 @@ impl Proxy {
                     if ms > 0 {
                         std::thread::sleep(Duration::from_millis(ms));
                     }
-                    if to.write_all(&buf[..n]).is_err() {
+                    let out = match &link {
+                        Some(l) => sentinel::rename_masters(&buf[..n], |m| l.master(m)),
+                        None => buf[..n].to_vec(),
+                    };
+                    if to.write_all(&out).is_err() {
                         break;
                     }
                 }

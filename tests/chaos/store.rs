@@ -7,6 +7,7 @@
 use super::common::memcache::Memcached;
 use super::common::redis::{RedisCluster, RedisSentinel, RedisServer, command};
 use super::common::send_signal;
+use super::proxy::Proxy;
 
 /// The Sentinel scenario's master name.
 const MASTER: &str = "chaos";
@@ -44,12 +45,12 @@ impl Backend {
         !matches!(self, Backend::Memcached | Backend::Xds)
     }
 
-    /// Whether each instance reaches the store through its own proxy. A
-    /// Sentinel names the master's own address, and a Cluster each node's,
-    /// so their fleets' instances reach them directly and no link of one
-    /// can be cut alone.
+    /// Whether each instance reaches the store through its own proxy (on
+    /// Sentinel, the sentinel and every master it names). A Cluster names
+    /// each node's own address in its slots and redirects, so its fleet's
+    /// instances reach it directly and no link of one can be cut alone.
     pub fn proxied(self) -> bool {
-        matches!(self, Backend::Redis | Backend::Memcached | Backend::Xds)
+        self != Backend::Cluster
     }
 
     /// `CHAOS_STORE`: `redis` (the default), `memcached`, `sentinel`,
@@ -154,11 +155,21 @@ impl Store {
         match self {
             Store::Redis(_) => vec!["--redis-url".into(), format!("redis://127.0.0.1:{proxy}")],
             Store::Memcached(_) => vec!["--memcache-servers".into(), format!("127.0.0.1:{proxy}")],
-            Store::Sentinel(s) => vec![
+            Store::Sentinel(_) => vec![
                 "--redis-sentinel".into(),
-                format!("{MASTER}@127.0.0.1:{}", s.sentinel.port),
+                format!("{MASTER}@127.0.0.1:{proxy}"),
             ],
             Store::Cluster(c) => vec!["--redis-cluster".into(), c.seeds()],
+        }
+    }
+
+    /// One instance's link to the store: a proxy in front of it (on
+    /// Sentinel, of the sentinel, naming the link's own proxies of the
+    /// masters).
+    pub fn link(&self) -> Proxy {
+        match self {
+            Store::Sentinel(s) => Proxy::start_sentinel(s.sentinel.port),
+            _ => Proxy::start(self.port()),
         }
     }
 
