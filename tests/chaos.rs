@@ -15,6 +15,8 @@
 
 mod common;
 
+#[path = "chaos/addresses.rs"]
+mod addresses;
 #[path = "chaos/breaker.rs"]
 mod breaker;
 #[path = "chaos/checker.rs"]
@@ -33,8 +35,6 @@ mod nemesis;
 mod proxy;
 #[path = "chaos/refusals.rs"]
 mod refusals;
-#[path = "chaos/sentinel.rs"]
-mod sentinel;
 #[path = "chaos/store.rs"]
 mod store;
 #[path = "chaos/workload.rs"]
@@ -57,7 +57,9 @@ const SEEDS: [(u64, Backend, &[&str]); 6] = [
     (2, Backend::Redis, &["--key-format", "envoyproxy"]),
     (3, Backend::Memcached, &[]),
     (4, Backend::Sentinel, &[]),
-    (5, Backend::Cluster, &[]),
+    // Seed 11: the first after 1 whose schedule fits a Cluster's 14 kinds
+    // in 50 s (seed 5's needs 60).
+    (11, Backend::Cluster, &[]),
     (6, Backend::Xds, &[]),
 ];
 const SHORT: Duration = Duration::from_secs(50);

@@ -140,7 +140,7 @@ impl Fleet {
             .map(|(i, p)| {
                 let clock = clocks.path().join(format!("clock-{i}"));
                 std::fs::write(&clock, "+0").expect("clock");
-                let mut all = store.flags(p.port);
+                let mut all = store.flags(p);
                 all.extend(args.iter().cloned());
                 let s = start(dir.path(), "127.0.0.1:0", &all, &clock);
                 let ready = super::common::eventually(Duration::from_secs(10), || {
@@ -245,11 +245,7 @@ impl Fleet {
     /// Starts instance `i` again on its gRPC address.
     pub fn restart_instance(&self, i: usize) {
         let inst = &self.instances[i];
-        let mut all = self
-            .store
-            .lock()
-            .expect("store")
-            .flags(self.proxies[i].port);
+        let mut all = self.store.lock().expect("store").flags(&self.proxies[i]);
         all.extend(self.args.iter().cloned());
         let s = start(
             self.dir.path(),

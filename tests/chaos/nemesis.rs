@@ -68,10 +68,10 @@ pub const KINDS: [Kind; 15] = [
 
 /// The kinds a fleet on `backend` is held to: a failover only where there
 /// are replicas (Sentinel, Cluster), a slot migration only on a Cluster,
-/// the xDS server gone only where the rules come over xDS; no clock step on memcached, whose windows follow each
-/// instance's own clock (it has no clock to read finer than a second; the
-/// book says so); no fault of one instance's link where the instances reach
-/// the store directly (a Sentinel names the master's own address).
+/// the xDS server gone only where the rules come over xDS; no clock step on
+/// memcached, whose windows follow each instance's own clock (it has no
+/// clock to read finer than a second; the book says so). Every store has
+/// its links' faults: each instance reaches it through its own proxies.
 pub fn kinds(backend: Backend) -> Vec<Kind> {
     KINDS
         .iter()
@@ -81,7 +81,6 @@ pub fn kinds(backend: Backend) -> Vec<Kind> {
             Kind::Migration => backend == Backend::Cluster,
             Kind::XdsGone => backend == Backend::Xds,
             Kind::ClockStep => backend != Backend::Memcached,
-            Kind::Partition | Kind::Silent | Kind::Latency => backend.proxied(),
             _ => true,
         })
         .collect()

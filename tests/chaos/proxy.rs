@@ -4,10 +4,10 @@
 //! byte while keeping the connections open (a link gone silent, which no
 //! error ever reports).
 //!
-//! In front of a Sentinel it is the instance's whole link: the master the
-//! Sentinel names is answered as a proxy of the same link in front of it
-//! (`sentinel.rs`), so a fault of the link reaches the sentinels and every
-//! master the instance follows, and no other instance's.
+//! In front of a Sentinel or a Cluster it is the instance's whole link: each
+//! server the store names (a master, a node) is answered as a proxy of the
+//! same link in front of it (`addresses.rs`), so a fault of the link
+//! reaches every server the instance talks to, and no other instance's.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::sentinel;
+use super::addresses;
 
 const PASS: u8 = 0;
 const PARTITION: u8 = 1;
@@ -28,9 +28,10 @@ pub struct Proxy {
     mode: Arc<AtomicU8>,
     delay_ms: Arc<AtomicU64>,
     open: Arc<Mutex<Vec<TcpStream>>>,
-    /// In front of a Sentinel: each master port it named, and the port of
-    /// this link's proxy in front of that master (`None`: a plain proxy).
-    masters: Option<Arc<Mutex<HashMap<u16, u16>>>>,
+    /// In front of a Sentinel or a Cluster: each server port it named, and
+    /// the port of this link's proxy in front of that server (`None`: a
+    /// plain proxy).
+    servers: Option<Arc<Mutex<HashMap<u16, u16>>>>,
 }
 
 impl Proxy {
@@ -39,37 +40,41 @@ impl Proxy {
         Proxy::serve(target, None, None)
     }
 
-    /// A proxy in front of the Sentinel at `target`, whose answers name
-    /// this link's own proxies in front of the masters.
-    pub fn start_sentinel(target: u16) -> Proxy {
+    /// A link whose proxies answer every server the store names with the
+    /// link's own proxy in front of it; this one in front of `target`.
+    pub fn start_renaming(target: u16) -> Proxy {
         Proxy::serve(target, None, Some(Arc::default()))
     }
 
-    /// The port of this link's proxy in front of `master`, started on
-    /// first use.
-    fn master(&self, master: u16) -> u16 {
-        let Some(masters) = &self.masters else {
-            return master;
+    /// The port of this link's proxy in front of the server on `port`,
+    /// started on first use (the port itself on a plain proxy).
+    pub fn server(&self, port: u16) -> u16 {
+        let Some(servers) = &self.servers else {
+            return port;
         };
-        let mut masters = masters.lock().expect("masters");
-        *masters
-            .entry(master)
-            .or_insert_with(|| Proxy::serve(master, Some(self), None).port)
+        if let Some(&p) = servers.lock().expect("servers").get(&port) {
+            return p;
+        }
+        let started = Proxy::serve(port, Some(self), None).port;
+        *servers
+            .lock()
+            .expect("servers")
+            .entry(port)
+            .or_insert(started)
     }
 
-    /// Listens in front of `target`; a proxy of the link of `of` when
-    /// given, and one that rewrites a Sentinel's answers when `masters`.
+    /// Listens in front of `target`: a proxy of the link of `of` when
+    /// given, else of a link of its own, renaming servers when `servers`.
     fn serve(
         target: u16,
         of: Option<&Proxy>,
-        masters: Option<Arc<Mutex<HashMap<u16, u16>>>>,
+        servers: Option<Arc<Mutex<HashMap<u16, u16>>>>,
     ) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
         let port = listener.local_addr().expect("addr").port();
         let proxy = match of {
             Some(link) => Proxy {
                 port,
-                masters: None,
                 ..link.clone()
             },
             None => Proxy {
@@ -77,7 +82,7 @@ impl Proxy {
                 mode: Arc::new(AtomicU8::new(PASS)),
                 delay_ms: Arc::new(AtomicU64::new(0)),
                 open: Arc::new(Mutex::new(Vec::new())),
-                masters,
+                servers,
             },
         };
         let p = proxy.clone();
@@ -110,7 +115,7 @@ impl Proxy {
                 continue;
             };
             let (mode, delay) = (self.mode.clone(), self.delay_ms.clone());
-            let link = (answers && self.masters.is_some()).then(|| self.clone());
+            let link = (answers && self.servers.is_some()).then(|| self.clone());
             std::thread::spawn(move || {
                 let mut buf = [0u8; 16384];
                 while let Ok(n) = from.read(&mut buf) {
@@ -126,7 +131,7 @@ impl Proxy {
                         std::thread::sleep(Duration::from_millis(ms));
                     }
                     let out = match &link {
-                        Some(l) => sentinel::rename_masters(&buf[..n], |m| l.master(m)),
+                        Some(l) => addresses::rename_servers(&buf[..n], |s| l.server(s)),
                         None => buf[..n].to_vec(),
                     };
                     if to.write_all(&out).is_err() {

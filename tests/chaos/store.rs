@@ -45,14 +45,6 @@ impl Backend {
         !matches!(self, Backend::Memcached | Backend::Xds)
     }
 
-    /// Whether each instance reaches the store through its own proxy (on
-    /// Sentinel, the sentinel and every master it names). A Cluster names
-    /// each node's own address in its slots and redirects, so its fleet's
-    /// instances reach it directly and no link of one can be cut alone.
-    pub fn proxied(self) -> bool {
-        self != Backend::Cluster
-    }
-
     /// `CHAOS_STORE`: `redis` (the default), `memcached`, `sentinel`,
     /// `cluster` or `xds` (Redis, the rules over xDS).
     pub fn from_env() -> Backend {
@@ -151,7 +143,9 @@ impl Store {
 
     /// The serve flags that point an instance at the store: through `proxy`
     /// where the fleet has proxies.
-    pub fn flags(&self, proxy: u16) -> Vec<String> {
+    /// The store's flags for the instance whose link is `link`.
+    pub fn flags(&self, link: &Proxy) -> Vec<String> {
+        let proxy = link.port;
         match self {
             Store::Redis(_) => vec!["--redis-url".into(), format!("redis://127.0.0.1:{proxy}")],
             Store::Memcached(_) => vec!["--memcache-servers".into(), format!("127.0.0.1:{proxy}")],
@@ -159,16 +153,24 @@ impl Store {
                 "--redis-sentinel".into(),
                 format!("{MASTER}@127.0.0.1:{proxy}"),
             ],
-            Store::Cluster(c) => vec!["--redis-cluster".into(), c.seeds()],
+            Store::Cluster(c) => {
+                let seeds: Vec<String> = c
+                    .nodes
+                    .iter()
+                    .map(|n| format!("127.0.0.1:{}", link.server(n.port)))
+                    .collect();
+                vec!["--redis-cluster".into(), seeds.join(",")]
+            }
         }
     }
 
     /// One instance's link to the store: a proxy in front of it (on
-    /// Sentinel, of the sentinel, naming the link's own proxies of the
-    /// masters).
+    /// Sentinel and Cluster, one that answers each server the store names
+    /// with the link's own proxy in front of it).
     pub fn link(&self) -> Proxy {
         match self {
-            Store::Sentinel(s) => Proxy::start_sentinel(s.sentinel.port),
+            Store::Sentinel(s) => Proxy::start_renaming(s.sentinel.port),
+            Store::Cluster(c) => Proxy::start_renaming(c.nodes[0].port),
             _ => Proxy::start(self.port()),
         }
     }
