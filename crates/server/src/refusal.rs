@@ -4,7 +4,10 @@
 //! UNAVAILABLE (HTTP 503) so that its `failure_mode_deny` decides (never a
 //! 429); a bound reached is RESOURCE_EXHAUSTED (429); a body too slow is
 //! DEADLINE_EXCEEDED (408); a malformed request or report is
-//! INVALID_ARGUMENT (400).
+//! INVALID_ARGUMENT (400); a counters call without a good token is
+//! UNAUTHENTICATED (401, with `WWW-Authenticate: Bearer`); an admin call a
+//! web page could have sent (a foreign `Host`, a cross-site POST) is
+//! PERMISSION_DENIED (403).
 
 use tonic::Status;
 
@@ -20,6 +23,10 @@ pub(crate) enum Refusal {
     Exhausted(String),
     /// The caller did not send its body in time.
     TooSlow(String),
+    /// A call that needs a token came without a good one.
+    Unauthenticated(String),
+    /// A call no caller of this kind may make.
+    Denied(String),
 }
 
 impl From<Refusal> for Status {
@@ -29,6 +36,8 @@ impl From<Refusal> for Status {
             Refusal::Unavailable(why) => Status::unavailable(why),
             Refusal::Exhausted(why) => Status::resource_exhausted(why),
             Refusal::TooSlow(why) => Status::deadline_exceeded(why),
+            Refusal::Unauthenticated(why) => Status::unauthenticated(why),
+            Refusal::Denied(why) => Status::permission_denied(why),
         }
     }
 }
@@ -42,6 +51,8 @@ impl Refusal {
             Refusal::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Refusal::Exhausted(_) => StatusCode::TOO_MANY_REQUESTS,
             Refusal::TooSlow(_) => StatusCode::REQUEST_TIMEOUT,
+            Refusal::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+            Refusal::Denied(_) => StatusCode::FORBIDDEN,
         }
     }
 
@@ -50,11 +61,21 @@ impl Refusal {
     pub(crate) fn into_http(self) -> axum::response::Response {
         use axum::response::IntoResponse;
         let code = self.http_status();
+        let bearer = matches!(self, Refusal::Unauthenticated(_));
         let (Refusal::Invalid(why)
         | Refusal::Unavailable(why)
         | Refusal::Exhausted(why)
-        | Refusal::TooSlow(why)) = self;
-        (code, format!("{why}\n")).into_response()
+        | Refusal::TooSlow(why)
+        | Refusal::Unauthenticated(why)
+        | Refusal::Denied(why)) = self;
+        let mut answer = (code, format!("{why}\n")).into_response();
+        if bearer {
+            let challenge = axum::http::HeaderValue::from_static("Bearer");
+            answer
+                .headers_mut()
+                .insert(axum::http::header::WWW_AUTHENTICATE, challenge);
+        }
+        answer
     }
 }
 

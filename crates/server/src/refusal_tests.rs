@@ -16,12 +16,22 @@ fn each_refusal_has_its_code_and_keeps_its_words() {
             Refusal::TooSlow("late".into()),
             tonic::Code::DeadlineExceeded,
         ),
+        (
+            Refusal::Unauthenticated("no token".into()),
+            tonic::Code::Unauthenticated,
+        ),
+        (
+            Refusal::Denied("cross-site".into()),
+            tonic::Code::PermissionDenied,
+        ),
     ] {
         let words = match &r {
             Refusal::Invalid(w)
             | Refusal::Unavailable(w)
             | Refusal::Exhausted(w)
-            | Refusal::TooSlow(w) => w.clone(),
+            | Refusal::TooSlow(w)
+            | Refusal::Unauthenticated(w)
+            | Refusal::Denied(w) => w.clone(),
         };
         let s = Status::from(r);
         assert_eq!((s.code(), s.message()), (code, words.as_str()));
@@ -67,4 +77,16 @@ async fn an_http_refusal_has_the_same_meaning_and_words() {
             .unwrap();
         assert!(body.ends_with(b"\n") && body.len() > 2, "{body:?}");
     }
+}
+
+/// An admin refusal is answered over HTTP with its status and its words;
+/// a missing token also says which scheme to use.
+#[test]
+fn an_admin_refusal_answers_its_http_status_and_words() {
+    let answer = Refusal::Unauthenticated("no token".into()).into_http();
+    assert_eq!(answer.status(), axum::http::StatusCode::UNAUTHORIZED);
+    assert_eq!(answer.headers()["www-authenticate"], "Bearer");
+    let answer = Refusal::Denied("cross-site".into()).into_http();
+    assert_eq!(answer.status(), axum::http::StatusCode::FORBIDDEN);
+    assert!(!answer.headers().contains_key("www-authenticate"));
 }

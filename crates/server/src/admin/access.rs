@@ -3,17 +3,18 @@
 //! send.
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::http::{HeaderMap, Method, header};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 
 use super::{AdminAccess, AdminState};
+use crate::refusal::Refusal;
 
 /// Refuses what a web page could send: a foreign `Host` (DNS rebinding) and
 /// cross-site POSTs.
 pub(super) async fn guard(State(s): State<AdminState>, req: Request, next: Next) -> Response {
     if let Err(why) = check_access(&s.access, req.method(), req.headers()) {
-        return (StatusCode::FORBIDDEN, format!("{why}\n")).into_response();
+        return Refusal::Denied(why.to_owned()).into_http();
     }
     next.run(req).await
 }

@@ -21,6 +21,7 @@ use tracing::{info, warn};
 
 use super::AdminState;
 use crate::counters::{self, Caller, CountersError};
+use crate::refusal::Refusal;
 
 /// The peer of an admin connection, set on every request it carries.
 #[derive(Debug, Clone, Copy)]
@@ -53,12 +54,7 @@ async fn authorise(
     checked.map_err(|why| {
         s.counters.stats.refused();
         warn!(peer = %peer.map_or_else(|| "unknown".into(), |p| p.ip().to_string()), endpoint = what, reason = %why, "counters request refused");
-        (
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer")],
-            format!("{why}\n"),
-        )
-            .into_response()
+        Refusal::Unauthenticated(why.to_string()).into_http()
     })
 }
 

@@ -10,11 +10,11 @@
 use std::collections::HashMap;
 
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use super::AdminState;
+use crate::refusal::Refusal;
 use crate::usage::{domain_report, limit_report};
 
 pub(super) async fn usage(
@@ -33,11 +33,7 @@ pub(super) async fn usage(
         return axum::Json(json!({"domains": domains})).into_response();
     };
     let Some(domain) = loaded.rules.domain(name) else {
-        return (
-            StatusCode::BAD_REQUEST,
-            format!("domain {name:?} has no rules loaded\n"),
-        )
-            .into_response();
+        return Refusal::Invalid(format!("domain {name:?} has no rules loaded")).into_http();
     };
     let Some(path) = q.get("rule") else {
         return axum::Json(domain_report(name, domain, now)).into_response();
@@ -46,7 +42,7 @@ pub(super) async fn usage(
         None => None,
         Some(Ok(l)) => Some(l),
         Some(Err(_)) => {
-            return (StatusCode::BAD_REQUEST, "limit: a whole number\n").into_response();
+            return Refusal::Invalid("limit: a whole number".into()).into_http();
         }
     };
     let Some(rule) = domain
@@ -54,18 +50,12 @@ pub(super) async fn usage(
         .iter()
         .find(|r| *r.label == **path || *r.path == **path)
     else {
-        return (
-            StatusCode::BAD_REQUEST,
-            format!("domain {name:?} has no rule {path:?}\n"),
-        )
-            .into_response();
+        return Refusal::Invalid(format!("domain {name:?} has no rule {path:?}")).into_http();
     };
     match limit_report(rule, limit, now) {
         Some(doc) => axum::Json(doc).into_response(),
-        None => (
-            StatusCode::BAD_REQUEST,
-            format!("rule {path:?} is unlimited: nothing to refuse\n"),
-        )
-            .into_response(),
+        None => {
+            Refusal::Invalid(format!("rule {path:?} is unlimited: nothing to refuse")).into_http()
+        }
     }
 }
