@@ -23,10 +23,18 @@ pub mod browser;
 pub mod fake_redis;
 pub mod h2raw;
 pub mod memcache;
+mod metrics;
 pub mod quota;
 pub mod redis;
+mod rls;
 pub mod stack;
 pub mod throttle;
+
+// Not every test binary asks over gRPC or reads metrics.
+#[allow(unused_imports)]
+pub use metrics::*;
+#[allow(unused_imports)]
+pub use rls::*;
 
 pub const OK: i32 = 1;
 pub const OVER: i32 = 2;
@@ -299,90 +307,6 @@ fn dechunk(mut s: &str) -> String {
     out
 }
 
-pub fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(k, v)| Entry {
-                key: (*k).into(),
-                value: (*v).into(),
-            })
-            .collect(),
-        ..Default::default()
-    }
-}
-
-/// A descriptor carrying Envoy's per-request `limit` override.
-pub fn descriptor_with_limit(
-    entries: &[(&str, &str)],
-    requests_per_unit: u32,
-    unit: i32,
-) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        limit: Some(RateLimitOverride {
-            requests_per_unit,
-            unit,
-        }),
-        ..descriptor(entries)
-    }
-}
-
-pub fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: domain.into(),
-        descriptors,
-        hits_addend: 0,
-    }
-}
-
-/// One descriptor's decision. A request sluice shed because it judged
-/// itself late (UNAVAILABLE, never counted) is asked again ([`past_sheds`]):
-/// it is not the answer a test looks at, and a test that wants sheds calls
-/// directly.
-pub async fn ask(
-    c: &mut RateLimitServiceClient<Channel>,
-    domain: &str,
-    entries: &[(&str, &str)],
-) -> RateLimitResponse {
-    past_sheds(c, || {
-        tonic::Request::new(request(domain, vec![descriptor(entries)]))
-    })
-    .await
-    .unwrap_or_else(|s| panic!("rpc: {s:?}"))
-}
-
-/// The answer to the call `make` builds, asked again for up to 2 s while
-/// sluice sheds it for its own lateness; any other error as it came. Sheds
-/// come from a loaded test machine starving sluice past a short store
-/// timeout (a store silent for 1 s is found out whatever the lateness:
-/// `tests/starved.rs`).
-pub async fn past_sheds(
-    c: &mut RateLimitServiceClient<Channel>,
-    make: impl Fn() -> tonic::Request<RateLimitRequest>,
-) -> Result<RateLimitResponse, tonic::Status> {
-    let since = Instant::now();
-    loop {
-        match c.should_rate_limit(make()).await {
-            Ok(r) => return Ok(r.into_inner()),
-            Err(s) if is_shed(&s) && since.elapsed() < Duration::from_secs(2) => {}
-            Err(s) => return Err(s),
-        }
-    }
-}
-
-/// Whether sluice shed this call for its own lateness or its own queue
-/// (`--max-pending`): UNAVAILABLE, "request shed".
-pub fn is_shed(s: &tonic::Status) -> bool {
-    s.code() == tonic::Code::Unavailable && s.message().contains("request shed")
-}
-
-pub fn retry_after(r: &RateLimitResponse) -> Option<u64> {
-    r.response_headers_to_add
-        .iter()
-        .find(|h| h.key == "Retry-After")
-        .map(|h| h.value.parse().expect("number"))
-}
-
 /// `sluice check DIR`'s outcome.
 pub fn sluice_check(dir: &Path) -> std::process::Output {
     Command::new(sluice_bin())
@@ -390,19 +314,6 @@ pub fn sluice_check(dir: &Path) -> std::process::Output {
         .arg(dir)
         .output()
         .expect("sluice check")
-}
-
-/// `req` as one gRPC frame (no compression), the body h2load sends.
-pub fn grpc_frame(req: &RateLimitRequest) -> Vec<u8> {
-    use prost::Message as _;
-    let mut body = vec![0u8];
-    body.extend_from_slice(
-        &u32::try_from(req.encoded_len())
-            .unwrap_or(u32::MAX)
-            .to_be_bytes(),
-    );
-    req.encode(&mut body).expect("encode");
-    body
 }
 
 /// Polls `f` until it returns true or `within` passes.
@@ -419,57 +330,8 @@ pub fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
     }
 }
 
-/// A metric's value from the Prometheus text.
-/// Hits of one bound against hostile volume (`sluice_bound_hits_total`).
-pub fn bound(s: &Sluice, name: &str) -> f64 {
-    metric(
-        &s.get("/metrics").1,
-        &format!("sluice_bound_hits_total{{bound=\"{name}\"}}"),
-    )
-    .unwrap_or(0.0)
-}
-
-pub fn metric(text: &str, series: &str) -> Option<f64> {
-    text.lines().find_map(|l| {
-        l.strip_prefix(series)
-            .and_then(|rest| rest.trim().parse().ok())
-    })
-}
-
-/// The sum of every series of `family` (whatever its labels).
-pub fn metric_sum(text: &str, family: &str) -> f64 {
-    text.lines()
-        .filter(|l| {
-            l.strip_prefix(family)
-                .is_some_and(|rest| rest.starts_with(['{', ' ']))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 pub fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Sends `n` concurrent requests for one descriptor, spread round-robin over
-/// `clients`, and returns how many were admitted.
-pub async fn admitted(
-    clients: &[RateLimitServiceClient<Channel>],
-    n: usize,
-    domain: &'static str,
-    entry: (&'static str, &'static str),
-) -> usize {
-    let tasks: Vec<_> = (0..n)
-        .map(|i| {
-            let mut c = clients[i % clients.len()].clone();
-            tokio::spawn(async move { ask(&mut c, domain, &[entry]).await.overall_code })
-        })
-        .collect();
-    let mut ok = 0;
-    for t in tasks {
-        ok += usize::from(t.await.expect("task") == OK);
-    }
-    ok
 }
 
 /// Runs a shell script in `dir` and returns its output; fails the test if it fails.
@@ -501,48 +363,6 @@ pub fn certificates(dir: &Path) {
          done && \
          openssl req -x509 -newkey rsa:2048 -nodes -keyout stranger.key -out stranger.pem -days 2 -subj /CN=stranger 2>/dev/null",
     );
-}
-
-/// `sluice_*` metric families named in a text: a counter's `_total` and a
-/// histogram's `_bucket`, `_sum` and `_count` folded into their family.
-pub fn metric_families(text: &str) -> std::collections::BTreeSet<String> {
-    let mut out = std::collections::BTreeSet::new();
-    let mut rest = text;
-    while let Some(i) = rest.find("sluice_") {
-        let tail = &rest[i..];
-        let end = tail
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .unwrap_or(tail.len());
-        let name = &tail[..end];
-        let base = ["_total", "_bucket", "_sum", "_count"]
-            .iter()
-            .find_map(|s| name.strip_suffix(s))
-            .unwrap_or(name);
-        out.insert(base.to_owned());
-        rest = &tail[end..];
-    }
-    out
-}
-
-/// The metric families a sluice exports, read from its `# TYPE` lines; its
-/// Redis cannot be reached, so the store's families are there too.
-pub fn exported_families() -> std::collections::BTreeSet<String> {
-    let s = Sluice::start(
-        &[("web.yaml", "domain: web\ndescriptors:\n  - key: k\n")],
-        &[
-            "--redis-url",
-            "redis://127.0.0.1:1",
-            "--redis-timeout",
-            "50ms",
-        ],
-    );
-    s.get("/metrics")
-        .1
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.split_whitespace().next())
-        .flat_map(metric_families)
-        .collect()
 }
 
 /// libfaketime's preload library (Debian's `faketime`, which `make deps`

@@ -8,6 +8,18 @@ use std::time::Duration;
 
 use super::{eventually, send_signal};
 
+mod cluster;
+mod delay;
+mod sentinel;
+
+// Not every test binary starts each of these.
+#[allow(unused_imports)]
+pub use cluster::RedisCluster;
+#[allow(unused_imports)]
+pub use delay::DelayProxy;
+#[allow(unused_imports)]
+pub use sentinel::RedisSentinel;
+
 /// One redis-server; killed when dropped.
 pub struct RedisServer {
     child: Option<Child>,
@@ -272,147 +284,6 @@ impl Drop for RedisServer {
     }
 }
 
-/// A Redis Cluster of three masters, created with `redis-cli --cluster create`.
-pub struct RedisCluster {
-    pub nodes: Vec<RedisServer>,
-}
-
-impl RedisCluster {
-    /// Three masters, no replicas.
-    pub fn start() -> RedisCluster {
-        RedisCluster::start_with(0)
-    }
-
-    /// Three masters with `replicas` replicas each; a replica takes over
-    /// about two seconds after its master dies.
-    pub fn start_with(replicas: usize) -> RedisCluster {
-        let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
-            .map(|_| RedisServer::start_on(free_cluster_port(), true))
-            .collect();
-        let mut args = vec!["--cluster".to_owned(), "create".to_owned()];
-        args.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)));
-        args.extend([
-            "--cluster-replicas".to_owned(),
-            replicas.to_string(),
-            "--cluster-yes".to_owned(),
-        ]);
-        let out = Command::new("redis-cli")
-            .args(&args)
-            .output()
-            .expect("redis-cli --cluster create");
-        assert!(
-            out.status.success(),
-            "cluster create: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        for n in &nodes {
-            assert!(
-                eventually(Duration::from_secs(20), || n
-                    .cli(&["cluster", "info"])
-                    .contains("cluster_state:ok")),
-                "cluster not ok on {}",
-                n.port
-            );
-        }
-        // A replica can take over only once it has synced with its master.
-        for n in &nodes {
-            assert!(
-                eventually(Duration::from_secs(30), || {
-                    let r = n.cli(&["info", "replication"]);
-                    r.contains("role:master") || r.contains("master_link_status:up")
-                }),
-                "replica on {} never synced",
-                n.port
-            );
-        }
-        RedisCluster { nodes }
-    }
-
-    /// The nodes that answer `ROLE` with `master`.
-    pub fn masters(&self) -> Vec<usize> {
-        (0..self.nodes.len())
-            .filter(|&i| self.nodes[i].cli(&["role"]).starts_with("master"))
-            .collect()
-    }
-
-    pub fn seeds(&self) -> String {
-        self.nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-}
-
-/// A TCP proxy in front of a Redis that delays every chunk the client sends
-/// by an adjustable number of milliseconds: a slow network or a slow server.
-pub struct DelayProxy {
-    pub port: u16,
-    delay_ms: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    /// Chunks read from clients so far (before their delay).
-    chunks: std::sync::Arc<std::sync::atomic::AtomicU64>,
-}
-
-impl DelayProxy {
-    pub fn start(target: u16) -> DelayProxy {
-        use std::sync::atomic::Ordering;
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
-        let port = listener.local_addr().expect("addr").port();
-        let delay_ms = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let delay = delay_ms.clone();
-        let chunks = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let seen = chunks.clone();
-        std::thread::spawn(move || {
-            for client in listener.incoming().map_while(Result::ok) {
-                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
-                    continue;
-                };
-                let _ = client.set_nodelay(true);
-                let _ = server.set_nodelay(true);
-                let (mut c_read, mut s_write) = (
-                    client.try_clone().expect("clone"),
-                    server.try_clone().expect("clone"),
-                );
-                let (mut s_read, mut c_write) = (server, client);
-                let (delay, seen) = (delay.clone(), seen.clone());
-                std::thread::spawn(move || {
-                    let mut buf = [0u8; 16384];
-                    while let Ok(n) = c_read.read(&mut buf) {
-                        if n == 0 {
-                            break;
-                        }
-                        seen.fetch_add(1, Ordering::Relaxed);
-                        std::thread::sleep(Duration::from_millis(delay.load(Ordering::Relaxed)));
-                        if s_write.write_all(&buf[..n]).is_err() {
-                            break;
-                        }
-                    }
-                    let _ = s_write.shutdown(std::net::Shutdown::Both);
-                });
-                std::thread::spawn(move || {
-                    let _ = std::io::copy(&mut s_read, &mut c_write);
-                    let _ = c_write.shutdown(std::net::Shutdown::Both);
-                });
-            }
-        });
-        DelayProxy {
-            port,
-            delay_ms,
-            chunks,
-        }
-    }
-
-    /// Chunks the proxy has read from sluice so far: a call sent.
-    pub fn chunks(&self) -> u64 {
-        self.chunks.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    pub fn set_delay(&self, ms: u64) {
-        self.delay_ms
-            .store(ms, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
 /// `redis-cli -p PORT ARGS...`: its output.
 fn cli(port: u16, args: &[&str]) -> String {
     let out = Command::new("redis-cli")
@@ -421,81 +292,6 @@ fn cli(port: u16, args: &[&str]) -> String {
         .output()
         .expect("redis-cli");
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// One `redis-server --sentinel` watching `master` on `master_port`, with a
-/// quick failover (1 s down, quorum 1); killed when dropped.
-pub struct RedisSentinel {
-    child: Option<Child>,
-    pub port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl RedisSentinel {
-    pub fn start(master: &str, master_port: u16) -> RedisSentinel {
-        let port = free_port();
-        let dir = tempfile::tempdir().expect("tempdir");
-        let conf = dir.path().join("sentinel.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {master} 127.0.0.1 {master_port} 1\nsentinel down-after-milliseconds {master} 1000\nsentinel failover-timeout {master} 5000\nsentinel parallel-syncs {master} 1\n",
-                dir.path().display()
-            ),
-        )
-        .expect("sentinel.conf");
-        let child = Command::new("redis-server")
-            .arg(&conf)
-            .arg("--sentinel")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server --sentinel");
-        let s = RedisSentinel {
-            child: Some(child),
-            port,
-            _dir: dir,
-        };
-        assert!(
-            eventually(Duration::from_secs(10), || s.master_port(master).is_some()),
-            "sentinel on {port} did not start"
-        );
-        s
-    }
-
-    /// A `redis-cli` command against this sentinel; its output.
-    pub fn cli(&self, args: &[&str]) -> String {
-        cli(self.port, args)
-    }
-
-    /// The master's port as this sentinel knows it.
-    pub fn master_port(&self, master: &str) -> Option<u16> {
-        let out = Command::new("redis-cli")
-            .args([
-                "-p",
-                &self.port.to_string(),
-                "sentinel",
-                "get-master-addr-by-name",
-                master,
-            ])
-            .output()
-            .ok()?;
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .nth(1)?
-            .trim()
-            .parse()
-            .ok()
-    }
-}
-
-impl Drop for RedisSentinel {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
 }
 
 /// One field of a `commandstats` line, 0 when absent.
