@@ -55,33 +55,7 @@ fn the_console_shows_what_the_limiter_is_doing() {
     );
     assert!(browser.text("#rules").contains("per_user"));
 
-    // A flood on one user and one client address.
-    let mut over = 0;
-    for _ in 0..40 {
-        over += usize::from(decide(&sluice, "user", "alice") == 429);
-        over += usize::from(decide(&sluice, "masked_remote_address", "203.0.113.7/32") == 429);
-    }
-    assert!(over >= 60, "{over} over-limit answers");
-    let blocking = |b: &Browser| {
-        b.script("return document.querySelector('tr[data-rule=\"api/user\"]')?.className ?? ''")
-            == "blocking"
-    };
-    assert!(
-        browser.wait_for(Duration::from_secs(6), blocking),
-        "the flooded rule is not shown blocking: {}",
-        browser.text("#rules")
-    );
-    let top = browser.text("#top-keys");
-    assert!(top.contains("user=alice"), "{top}");
-    // The client address is masked by default.
-    assert!(
-        top.contains("203.0.x.x~") && !top.contains("113.7"),
-        "{top}"
-    );
-    // Where cargo keeps test output, wherever the target directory is.
-    let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-under-load.png");
-    browser.screenshot(&shot);
-    assert!(std::fs::metadata(&shot).expect("screenshot").len() > 10_000);
+    a_flood_shows_its_rule_blocking_and_its_top_keys(&browser, &sluice);
 
     // Redis stops: the console says degraded, and what decides.
     redis.kill();
@@ -110,6 +84,12 @@ fn the_console_shows_what_the_limiter_is_doing() {
     );
     assert!(browser.text("#loads").contains("load rejected"));
 
+    only_sluice_was_asked_and_nothing_failed(&browser, &origin);
+}
+
+/// Nothing but sluice's own port was asked, and no errors in the page's
+/// console.
+fn only_sluice_was_asked_and_nothing_failed(browser: &Browser, origin: &str) {
     // Nothing but sluice's own port, and no errors in the page's console.
     let requests = browser.requests();
     assert!(
@@ -130,6 +110,39 @@ fn the_console_shows_what_the_limiter_is_doing() {
     assert!(foreign.is_empty(), "requests beyond sluice: {foreign:?}");
     let errors = browser.console_errors();
     assert!(errors.is_empty(), "console errors: {errors:?}");
+}
+
+/// A flood on one user and one client address: the rule is shown blocking,
+/// the top keys name the user and the masked address, and a screenshot is
+/// taken.
+fn a_flood_shows_its_rule_blocking_and_its_top_keys(browser: &Browser, sluice: &Sluice) {
+    // A flood on one user and one client address.
+    let mut over = 0;
+    for _ in 0..40 {
+        over += usize::from(decide(sluice, "user", "alice") == 429);
+        over += usize::from(decide(sluice, "masked_remote_address", "203.0.113.7/32") == 429);
+    }
+    assert!(over >= 60, "{over} over-limit answers");
+    let blocking = |b: &Browser| {
+        b.script("return document.querySelector('tr[data-rule=\"api/user\"]')?.className ?? ''")
+            == "blocking"
+    };
+    assert!(
+        browser.wait_for(Duration::from_secs(6), blocking),
+        "the flooded rule is not shown blocking: {}",
+        browser.text("#rules")
+    );
+    let top = browser.text("#top-keys");
+    assert!(top.contains("user=alice"), "{top}");
+    // The client address is masked by default.
+    assert!(
+        top.contains("203.0.x.x~") && !top.contains("113.7"),
+        "{top}"
+    );
+    // Where cargo keeps test output, wherever the target directory is.
+    let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-under-load.png");
+    browser.screenshot(&shot);
+    assert!(std::fs::metadata(&shot).expect("screenshot").len() > 10_000);
 }
 
 #[test]
@@ -239,36 +252,7 @@ fn the_console_looks_a_refused_client_up_and_resets_it() {
     browser.goto(&format!("http://{}/", sluice.admin));
     let wait = Duration::from_secs(15);
     assert!(browser.wait_for(wait, |b| b.text("#status") == "ready"));
-    let click = |id: &str| {
-        browser.script(&format!(
-            "document.getElementById('{id}').click(); return true"
-        ));
-    };
-    let message = |b: &Browser| b.text("#counter-message");
-    click("counter-top");
-    assert!(
-        browser.wait_for(wait, |b| message(b).contains("masked")),
-        "{}",
-        message(&browser)
-    );
-    browser.script("document.getElementById('counter-token').value = 'wrong'; return true");
-    click("counter-top");
-    assert!(
-        browser.wait_for(wait, |b| message(b).contains("401")),
-        "{}",
-        message(&browser)
-    );
-    browser.script("document.getElementById('counter-token').value = 'console-token'; return true");
-    click("counter-top");
-    // The masked list of the first click names the key too, but has no
-    // button: wait for the list the token brings.
-    assert!(
-        browser.wait_for(wait, |b| message(b).contains("in clear")
-            && b.text("#counter-refused").contains("user=alice")),
-        "{} / {}",
-        browser.text("#counter-refused"),
-        message(&browser)
-    );
+    the_token_brings_the_refused_keys_in_clear(&browser, wait);
     // One click: the key is looked up, and the table says why it is refused.
     browser.script("document.querySelector('#counter-refused button.pick').click(); return true");
     assert!(
@@ -282,7 +266,7 @@ fn the_console_looks_a_refused_client_up_and_resets_it() {
         result.contains("user=alice") && result.contains("key_only"),
         "{result}"
     );
-    click("counter-reset");
+    click(&browser, "counter-reset");
     assert!(
         browser.wait_for(wait, |b| message(b).contains("counts before")),
         "{}",
@@ -298,6 +282,47 @@ fn the_console_looks_a_refused_client_up_and_resets_it() {
     assert!(
         errors.iter().all(|e| e.contains("401")),
         "console errors: {errors:?}"
+    );
+}
+
+/// Clicks the console's element `id`.
+fn click(browser: &Browser, id: &str) {
+    browser.script(&format!(
+        "document.getElementById('{id}').click(); return true"
+    ));
+}
+
+/// What the counters panel says.
+fn message(b: &Browser) -> String {
+    b.text("#counter-message")
+}
+
+/// Without a token the refused keys are masked, a wrong one is a 401, and
+/// the right one lists them in clear, with a button each.
+fn the_token_brings_the_refused_keys_in_clear(browser: &Browser, wait: Duration) {
+    click(browser, "counter-top");
+    assert!(
+        browser.wait_for(wait, |b| message(b).contains("masked")),
+        "{}",
+        message(browser)
+    );
+    browser.script("document.getElementById('counter-token').value = 'wrong'; return true");
+    click(browser, "counter-top");
+    assert!(
+        browser.wait_for(wait, |b| message(b).contains("401")),
+        "{}",
+        message(browser)
+    );
+    browser.script("document.getElementById('counter-token').value = 'console-token'; return true");
+    click(browser, "counter-top");
+    // The masked list of the first click names the key too, but has no
+    // button: wait for the list the token brings.
+    assert!(
+        browser.wait_for(wait, |b| message(b).contains("in clear")
+            && b.text("#counter-refused").contains("user=alice")),
+        "{} / {}",
+        browser.text("#counter-refused"),
+        message(browser)
     );
 }
 

@@ -116,6 +116,22 @@ async fn spend(c: &mut Client, entries: &[(&str, &str)], n: usize) -> usize {
 
 type Client = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<tonic::transport::Channel>;
 
+/// Every limit's count in a lookup's answer, in order.
+fn counts(doc: &Value) -> Vec<Value> {
+    doc["descriptors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|d| {
+            d["limits"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|l| l["count"].clone())
+        })
+        .collect()
+}
+
 /// Spends every shape past its limit, looks up twice (nothing changes),
 /// resets, and finds every counter empty and the next request admitted.
 async fn every_shape(s: &Sluice, store: &str, concurrency: bool) {
@@ -139,25 +155,59 @@ async fn every_shape(s: &Sluice, store: &str, concurrency: bool) {
     ];
     let first = counters(s, "/api/counters", None, shapes);
     let again = counters(s, "/api/counters", None, shapes);
-    let counts = |doc: &Value| -> Vec<Value> {
-        doc["descriptors"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|d| {
-                d["limits"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|l| l["count"].clone())
-            })
-            .collect()
-    };
     assert_eq!(
         counts(&first),
         counts(&again),
         "{store}: a lookup spent something"
     );
+    each_shape_counts_what_was_spent(&first, store, concurrency);
+
+    a_reset_empties_every_counter(s, shapes, &first, store, concurrency);
+
+    for key in ["fixed", "sliding", "bucket", "both"] {
+        assert_eq!(
+            spend(&mut c, &[(key, "k")], 1).await,
+            1,
+            "{store} {key} after the reset"
+        );
+    }
+    if concurrency {
+        let r = ask(&mut c, "auth", &[("in_flight", "x"), ("request_id", "r4")]).await;
+        assert_eq!(r.overall_code, OK, "{store}: slots released");
+    }
+}
+
+/// A reset answers the counts before and leaves every counter empty, both
+/// windows of a sliding window too.
+fn a_reset_empties_every_counter(
+    s: &Sluice,
+    shapes: &[&[(&str, &str)]],
+    first: &Value,
+    store: &str,
+    concurrency: bool,
+) {
+    let reset = counters(s, "/api/counters/reset", None, shapes);
+    assert_eq!(reset["reset"], true);
+    assert_eq!(counts(&reset), counts(first), "{store}: the counts before");
+    let after = counters(s, "/api/counters", None, shapes);
+    for (i, d) in after["descriptors"].as_array().unwrap().iter().enumerate() {
+        for l in d["limits"].as_array().unwrap() {
+            if i == 4 && !concurrency {
+                continue;
+            }
+            assert_eq!(l["count"], 0, "{store}: not empty after the reset: {l}");
+            assert_eq!(l["over_limit"], false, "{store}: {l}");
+        }
+    }
+    if let Some(p) = after["descriptors"][1]["limits"][0].get("previous_window_count") {
+        assert_eq!(*p, 0, "{store}: both windows of a sliding window");
+    }
+}
+
+/// What the first lookup says of each shape: a refused hit counted in its
+/// window, the bucket's tokens taken, every limit of a list, the daily
+/// limit's leased allowance and the slots held.
+fn each_shape_counts_what_was_spent(first: &Value, store: &str, concurrency: bool) {
     let l = |i: usize| first["descriptors"][i]["limits"].clone();
     // A refused hit is counted in a window (as the reference does).
     assert_eq!(l(0)[0]["count"], 4, "{store} fixed: {first}");
@@ -181,34 +231,6 @@ async fn every_shape(s: &Sluice, store: &str, concurrency: bool) {
     if concurrency {
         assert_eq!(l(4)[0]["count"], 2, "{store}: slots held: {first}");
         assert_eq!(l(4)[0]["over_limit"], true);
-    }
-
-    let reset = counters(s, "/api/counters/reset", None, shapes);
-    assert_eq!(reset["reset"], true);
-    assert_eq!(counts(&reset), counts(&first), "{store}: the counts before");
-    let after = counters(s, "/api/counters", None, shapes);
-    for (i, d) in after["descriptors"].as_array().unwrap().iter().enumerate() {
-        for l in d["limits"].as_array().unwrap() {
-            if i == 4 && !concurrency {
-                continue;
-            }
-            assert_eq!(l["count"], 0, "{store}: not empty after the reset: {l}");
-            assert_eq!(l["over_limit"], false, "{store}: {l}");
-        }
-    }
-    if let Some(p) = after["descriptors"][1]["limits"][0].get("previous_window_count") {
-        assert_eq!(*p, 0, "{store}: both windows of a sliding window");
-    }
-    for key in ["fixed", "sliding", "bucket", "both"] {
-        assert_eq!(
-            spend(&mut c, &[(key, "k")], 1).await,
-            1,
-            "{store} {key} after the reset"
-        );
-    }
-    if concurrency {
-        let r = ask(&mut c, "auth", &[("in_flight", "x"), ("request_id", "r4")]).await;
-        assert_eq!(r.overall_code, OK, "{store}: slots released");
     }
 }
 

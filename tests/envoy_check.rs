@@ -202,7 +202,10 @@ fn the_good_config_is_clean_and_each_hole_is_found_with_its_file_and_route() {
                 .contains("broken.yaml: edge: the ratelimit filter's domain \"webb\" has no rules"),
         "{out}"
     );
+}
 
+#[test]
+fn a_descriptor_key_no_rule_has_is_an_error_and_its_rule_a_warning() {
     // A descriptor key no rule has (remote_addr against remote_address).
     let typo = GOOD_ROUTE.replace(
         "{remote_address: {}}",
@@ -216,7 +219,10 @@ fn the_good_config_is_clean_and_each_hole_is_found_with_its_file_and_route() {
         out.contains("warning: (rules): domain web: rule remote_address is met by no route"),
         "{out}"
     );
+}
 
+#[test]
+fn hits_addend_from_a_clients_header_needs_a_route_admitting_only_numbers() {
     // hits_addend from a client's header, no match admitting only numbers.
     let per_route = "              - match: {prefix: /}
                 route: {cluster: upstream}
@@ -239,7 +245,10 @@ fn the_good_config_is_clean_and_each_hole_is_found_with_its_file_and_route() {
         0,
         "a route admitting only numbers is clean"
     );
+}
 
+#[test]
+fn no_timeout_and_failing_closed_are_warnings() {
     // No timeout; failing closed with no rule's on_store_failure.
     let loose = RATELIMIT.replace(
         "              timeout: 0.2s\n",
@@ -255,7 +264,10 @@ fn the_good_config_is_clean_and_each_hole_is_found_with_its_file_and_route() {
         out.contains("failure_mode_deny: true refuses every request"),
         "{out}"
     );
+}
 
+#[test]
+fn cors_must_run_first_and_expose_retry_after() {
     // CORS: the filter after the ratelimit filter, Retry-After not exposed.
     let cors_filter = "          - name: envoy.filters.http.cors\n            typed_config: {'@type': type.googleapis.com/envoy.extensions.filters.http.cors.v3.Cors}";
     let policy = "              typed_per_filter_config:
@@ -282,7 +294,10 @@ fn the_good_config_is_clean_and_each_hole_is_found_with_its_file_and_route() {
         (0, true),
         "{out}"
     );
+}
 
+#[test]
+fn what_the_check_does_not_know_is_said() {
     // Something this check does not know is said, never guessed at.
     let unknown = GOOD_ROUTE.replace(
         "[{remote_address: {}}]",

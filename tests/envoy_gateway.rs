@@ -255,20 +255,7 @@ fn run(start: impl FnOnce(&Path, &[(String, String)]) -> Running, certs_in_env: 
     let env = envoy_gateway_env(&certs_path, xds, redis.port, &ports);
     let sluice = start(dir.path(), &env);
 
-    // The readiness probe: 200 OK once Redis has answered, before any rule
-    // (FORCE_START_WITHOUT_INITIAL_CONFIG, as the reference).
-    assert!(
-        eventually(Duration::from_secs(30), || get(ports.http, "/healthcheck")
-            == (200, "OK".into())),
-        "readiness probe never passed: {}",
-        sluice.log()
-    );
-    assert_eq!(get(ports.debug, "/rlconfig").0, 200, "debug port");
-    let (code, metrics) = get(ports.prometheus, "/metrics");
-    assert!(
-        code == 200 && metrics.contains("ratelimit_service_config_load_success"),
-        "PROMETHEUS_ADDR serves the reference's stats, mapped: {metrics}"
-    );
+    the_probes_and_ports_answer(&ports, &sluice);
 
     // The rules come over xDS, from a server that demands sluice's client
     // certificate; then Envoy, over mutual TLS, is limited by them.
@@ -278,9 +265,36 @@ fn run(start: impl FnOnce(&Path, &[(String, String)]) -> Running, certs_in_env: 
         "sluice never acknowledged the pushed rules: {}",
         sluice.log()
     );
+    envoy_over_mutual_tls_is_limited(dir.path(), ports.grpc, &sluice);
+    assert!(
+        sluice.log().contains("mutual=true"),
+        "client CA from GRPC_SERVER_TLS_CA_CERT"
+    );
+    // Its dashboard's series, named by its mapping file.
+    let (_, metrics) = get(ports.prometheus, "/metrics");
+    assert!(
+        metrics.contains("ratelimit_service_rate_limit_over_limit{domain=\"xds\",key1=\"k\"} 1"),
+        "{metrics}"
+    );
+
+    // The reference's names, in statsd and in Redis.
+    let want = [
+        "ratelimit.service.rate_limit.xds.k.total_hits:",
+        "ratelimit.service.rate_limit.xds.k.over_limit:",
+    ];
+    let seen = stats_until(&statsd, &want, Duration::from_secs(25));
+    assert!(want.iter().all(|w| seen.contains(w)), "statsd got: {seen}");
+    let keys = command(redis.port, "KEYS *").unwrap_or_default();
+    assert!(
+        keys.contains("xds_k_v_"),
+        "the reference's key format: {keys}"
+    );
+}
+
+/// Envoy, over mutual TLS, is limited by the pushed rules: 3 an hour.
+fn envoy_over_mutual_tls_is_limited(dir: &Path, grpc: u16, sluice: &Running) {
     let (mut upstream, up_port) = start_upstream();
-    let (mut envoy, envoy_port) =
-        mtls_envoy(dir.path(), "eg", "xds", ports.grpc, up_port, "client");
+    let (mut envoy, envoy_port) = mtls_envoy(dir, "eg", "xds", grpc, up_port, "client");
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(5)))
@@ -310,28 +324,25 @@ fn run(start: impl FnOnce(&Path, &[(String, String)]) -> Running, certs_in_env: 
         "xDS rules over mutual TLS: {}",
         sluice.log()
     );
-    assert!(
-        sluice.log().contains("mutual=true"),
-        "client CA from GRPC_SERVER_TLS_CA_CERT"
-    );
-    // Its dashboard's series, named by its mapping file.
-    let (_, metrics) = get(ports.prometheus, "/metrics");
-    assert!(
-        metrics.contains("ratelimit_service_rate_limit_over_limit{domain=\"xds\",key1=\"k\"} 1"),
-        "{metrics}"
-    );
+}
 
-    // The reference's names, in statsd and in Redis.
-    let want = [
-        "ratelimit.service.rate_limit.xds.k.total_hits:",
-        "ratelimit.service.rate_limit.xds.k.over_limit:",
-    ];
-    let seen = stats_until(&statsd, &want, Duration::from_secs(25));
-    assert!(want.iter().all(|w| seen.contains(w)), "statsd got: {seen}");
-    let keys = command(redis.port, "KEYS *").unwrap_or_default();
+/// The readiness probe: 200 OK once Redis has answered, before any rule
+/// (FORCE_START_WITHOUT_INITIAL_CONFIG, as the reference); the debug port and
+/// the reference's stats on PROMETHEUS_ADDR.
+fn the_probes_and_ports_answer(ports: &Ports, sluice: &Running) {
+    // The readiness probe: 200 OK once Redis has answered, before any rule
+    // (FORCE_START_WITHOUT_INITIAL_CONFIG, as the reference).
     assert!(
-        keys.contains("xds_k_v_"),
-        "the reference's key format: {keys}"
+        eventually(Duration::from_secs(30), || get(ports.http, "/healthcheck")
+            == (200, "OK".into())),
+        "readiness probe never passed: {}",
+        sluice.log()
+    );
+    assert_eq!(get(ports.debug, "/rlconfig").0, 200, "debug port");
+    let (code, metrics) = get(ports.prometheus, "/metrics");
+    assert!(
+        code == 200 && metrics.contains("ratelimit_service_config_load_success"),
+        "PROMETHEUS_ADDR serves the reference's stats, mapped: {metrics}"
     );
 }
 

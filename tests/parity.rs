@@ -44,6 +44,27 @@ fn receive(sock: &UdpSocket, within: Duration, done: impl Fn(&[String]) -> bool)
     lines
 }
 
+/// statsd counter lines summed by name and tags: counters go as their
+/// increase per flush, so one count may arrive split over two flushes on a
+/// busy machine, and the sums are what compare.
+fn summed(lines: &[String]) -> Vec<String> {
+    let mut sums: std::collections::BTreeMap<(String, String), u64> = Default::default();
+    for l in lines {
+        let Some((name, rest)) = l.split_once(':') else {
+            continue;
+        };
+        let mut parts = rest.splitn(2, "|c");
+        if let (Some(v), Some(tags)) = (parts.next(), parts.next())
+            && let Ok(v) = v.parse::<u64>()
+        {
+            *sums.entry((name.to_owned(), tags.to_owned())).or_default() += v;
+        }
+    }
+    sums.into_iter()
+        .map(|((name, tags), v)| format!("{name}:{v}|c{tags}"))
+        .collect()
+}
+
 #[tokio::test]
 async fn statsd_carries_the_references_stat_names() {
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -74,25 +95,6 @@ async fn statsd_carries_the_references_stat_names() {
         // --shadow-mode let the third request through.
         "ratelimit.service.global_shadow_mode:1|c|#env:test",
     ];
-    // Counters go as their increase per flush, so one count may arrive
-    // split over two flushes on a busy machine: compare the sums.
-    let summed = |lines: &[String]| {
-        let mut sums: std::collections::BTreeMap<(String, String), u64> = Default::default();
-        for l in lines {
-            let Some((name, rest)) = l.split_once(':') else {
-                continue;
-            };
-            let mut parts = rest.splitn(2, "|c");
-            if let (Some(v), Some(tags)) = (parts.next(), parts.next())
-                && let Ok(v) = v.parse::<u64>()
-            {
-                *sums.entry((name.to_owned(), tags.to_owned())).or_default() += v;
-            }
-        }
-        sums.into_iter()
-            .map(|((name, tags), v)| format!("{name}:{v}|c{tags}"))
-            .collect::<Vec<_>>()
-    };
     let lines = receive(&sock, Duration::from_secs(10), |l| {
         let sums = summed(l);
         want.iter().all(|w| sums.iter().any(|x| x == w))
@@ -262,6 +264,27 @@ async fn envoy_gateways_dashboard_queries_find_their_series() {
         .filter(|e| e.starts_with("ratelimit_service_") || e.starts_with("(process_"))
         .collect();
     assert_eq!(exprs.len(), 5, "{exprs:?}");
+    each_query_finds_its_series(exprs, &text);
+
+    // The counts are the rule's.
+    let line = text
+        .lines()
+        .find(|l| {
+            l.starts_with("ratelimit_service_rate_limit_over_limit{")
+                && l.contains("key2=\"rule-0-match-0_rule-0-match-0\"")
+        })
+        .expect("over_limit");
+    assert!(line.ends_with(" 1"), "{line}");
+    assert!(
+        metric_families(&s.get("/metrics").1)
+            .iter()
+            .any(|f| f.starts_with("sluice_"))
+    );
+}
+
+/// Each of the dashboard's queries finds a series in `text` with its name and
+/// labels, leaving out those Prometheus adds from the pod.
+fn each_query_finds_its_series(exprs: Vec<String>, text: &str) {
     for expr in exprs {
         let e = expr.trim_start_matches('(');
         let name: String = e
@@ -288,18 +311,4 @@ async fn envoy_gateways_dashboard_queries_find_their_series() {
         });
         assert!(found, "{expr}: no series in\n{text}");
     }
-    // The counts are the rule's.
-    let line = text
-        .lines()
-        .find(|l| {
-            l.starts_with("ratelimit_service_rate_limit_over_limit{")
-                && l.contains("key2=\"rule-0-match-0_rule-0-match-0\"")
-        })
-        .expect("over_limit");
-    assert!(line.ends_with(" 1"), "{line}");
-    assert!(
-        metric_families(&s.get("/metrics").1)
-            .iter()
-            .any(|f| f.starts_with("sluice_"))
-    );
 }

@@ -6,6 +6,7 @@
 mod common;
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::time::Duration;
 
 use common::ads::{Ads, config, serve, serve_tls};
@@ -56,17 +57,8 @@ async fn rules_follow_the_management_server() {
     assert_eq!(r["config"]["source"], "xds");
     let mut c = s.client().await;
     assert_eq!(admitted_of(&mut c, "a", 3).await, 2, "v1: 2 per hour");
-    // A version is in force before its ACK reaches the server.
-    assert!(eventually(Duration::from_secs(10), || ads
-        .answer("v1")
-        .is_some()));
-    let ack = ads.answer("v1").expect("an ACK for v1");
-    assert_eq!(ack.version_info, "v1");
-    assert!(ack.error_detail.is_none());
-    let node = ack.node.as_ref().unwrap();
-    assert_eq!(node.id, "sluice-test");
-    let zone = &node.metadata.as_ref().expect("node metadata").fields["zone"];
-    assert_eq!(format!("{:?}", zone.kind), "Some(StringValue(\"a\"))");
+    the_ack_names_the_version_and_the_node(&ads);
+
     let (_, rl) = s.get("/rlconfig");
     assert!(rl.contains("xds.k: unit=HOUR requests_per_unit=2"), "{rl}");
 
@@ -79,27 +71,7 @@ async fn rules_follow_the_management_server() {
         .is_some()));
     assert!(ads.answer("v2").is_some_and(|a| a.version_info == "v2"));
 
-    // A bad update (no unit): NACKed, and v2 keeps deciding.
-    ads.push("v3", &[config(0, 7)]);
-    assert!(eventually(Duration::from_secs(10), || ads
-        .answer("v3")
-        .is_some()));
-    let nack = ads.answer("v3").unwrap();
-    assert_eq!(nack.version_info, "v2", "a NACK names the version in force");
-    let detail = nack.error_detail.expect("NACK with the error");
-    assert!(
-        detail.message.contains("invalid rate limit unit"),
-        "{}",
-        detail.message
-    );
-    assert_eq!(version(&s), "v2");
-    assert!(
-        s.readyz()["config"]["last_error"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("invalid rate limit unit")
-    );
-    assert_eq!(admitted_of(&mut c, "c", 6).await, 5, "still v2");
+    a_bad_update_is_nacked_and_v2_decides(&ads, &s, &mut c).await;
 
     // The management server restarts with new rules: sluice reconnects.
     // (Ending the streams lets the old server's graceful shutdown finish,
@@ -127,6 +99,48 @@ async fn rules_follow_the_management_server() {
         resub.version_info, "v2",
         "resubscribed with the version in force"
     );
+}
+
+/// A bad update (no unit) is NACKed with its error, naming the version in
+/// force, and v2 keeps deciding.
+async fn a_bad_update_is_nacked_and_v2_decides(ads: &Ads, s: &Sluice, c: &mut Client) {
+    // A bad update (no unit): NACKed, and v2 keeps deciding.
+    ads.push("v3", &[config(0, 7)]);
+    assert!(eventually(Duration::from_secs(10), || ads
+        .answer("v3")
+        .is_some()));
+    let nack = ads.answer("v3").unwrap();
+    assert_eq!(nack.version_info, "v2", "a NACK names the version in force");
+    let detail = nack.error_detail.expect("NACK with the error");
+    assert!(
+        detail.message.contains("invalid rate limit unit"),
+        "{}",
+        detail.message
+    );
+    assert_eq!(version(s), "v2");
+    assert!(
+        s.readyz()["config"]["last_error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("invalid rate limit unit")
+    );
+    assert_eq!(admitted_of(c, "c", 6).await, 5, "still v2");
+}
+
+/// A version is in force before its ACK reaches the server; the ACK names
+/// the version and the node, with its metadata.
+fn the_ack_names_the_version_and_the_node(ads: &Ads) {
+    // A version is in force before its ACK reaches the server.
+    assert!(eventually(Duration::from_secs(10), || ads
+        .answer("v1")
+        .is_some()));
+    let ack = ads.answer("v1").expect("an ACK for v1");
+    assert_eq!(ack.version_info, "v1");
+    assert!(ack.error_detail.is_none());
+    let node = ack.node.as_ref().unwrap();
+    assert_eq!(node.id, "sluice-test");
+    let zone = &node.metadata.as_ref().expect("node metadata").fields["zone"];
+    assert_eq!(format!("{:?}", zone.kind), "Some(StringValue(\"a\"))");
 }
 
 /// Envoy Gateway speaks mutual TLS to its rate-limit service's xDS client.
@@ -289,9 +303,15 @@ async fn an_overlay_gives_pushed_rules_a_sliding_window() {
     // window's first half: one more fits, the second does not.
     assert_eq!(sliding, 3, "the sliding window still weighs the 2 before");
 
+    an_edited_overlay_is_live_and_a_broken_one_changes_nothing(&s, overlay.path());
+}
+
+/// The overlay edited: the sliding rule becomes a token bucket, live; then a
+/// broken overlay changes nothing and says why.
+fn an_edited_overlay_is_live_and_a_broken_one_changes_nothing(s: &Sluice, overlay: &Path) {
     // The overlay edited: the sliding rule becomes a token bucket, live.
     std::fs::write(
-        overlay.path().join("shapes.yaml"),
+        overlay.join("shapes.yaml"),
         SHAPES.replace(
             "algorithm: sliding_window",
             "algorithm: token_bucket, burst: 5",
@@ -308,7 +328,7 @@ async fn an_overlay_gives_pushed_rules_a_sliding_window() {
     );
     // A broken overlay changes nothing and says why.
     std::fs::write(
-        overlay.path().join("shapes.yaml"),
+        overlay.join("shapes.yaml"),
         "domain: xds\ndescriptors:\n  - key: fixed\n    rate_limit: {requests_per_unit: 100}\n",
     )
     .unwrap();

@@ -64,27 +64,8 @@ async fn bad_input_is_refused_and_a_reset_touches_no_other_counter() {
     for v in ["mine", "other"] {
         assert_eq!(spend(&mut c, &[("fixed", v)], 2).await, 2);
     }
-    let cases = [
-        ("{\"domain\":", "invalid RateLimitRequest JSON"),
-        (
-            r#"{"domain":"nowhere","descriptors":[{"entries":[{"key":"a","value":"b"}]}]}"#,
-            "nowhere",
-        ),
-        (
-            &*body(&[&[("a", "1")], &[("a", "2")], &[("a", "3")]]),
-            "descriptors",
-        ),
-        (r#"{"domain":"auth","descriptors":[]}"#, "descriptor"),
-        (
-            r#"{"domain":"auth","descriptors":[{"entries":[]}]}"#,
-            "descriptor 1 has no entries",
-        ),
-    ];
-    for (bad, says) in cases {
-        let (code, text) = admin(&s, "POST", "/api/counters/reset", None, bad);
-        assert_eq!(code, 400, "{bad}: {text}");
-        assert!(text.contains(says), "{bad}: {text}");
-    }
+    malformed_resets_are_refused(&s);
+
     // A reset that meets no limit says so: 404, nothing reset.
     let (code, text) = admin(
         &s,
@@ -109,9 +90,14 @@ async fn bad_input_is_refused_and_a_reset_touches_no_other_counter() {
         2,
         "another descriptor's counter"
     );
+    a_lookup_says_why_no_rule_matched(&s);
+}
+
+/// A lookup that meets no rule says why, and a wildcard names its pattern.
+fn a_lookup_says_why_no_rule_matched(s: &Sluice) {
     // No rule, and why; a wildcard names its pattern.
     let why = counters(
-        &s,
+        s,
         "/api/counters",
         None,
         &[
@@ -134,6 +120,31 @@ async fn bad_input_is_refused_and_a_reset_touches_no_other_counter() {
         "web_beacon*"
     );
     assert_eq!(why["descriptors"][1]["limits"][0]["count"], 0);
+}
+
+/// Each malformed reset is a 400 that says what is wrong.
+fn malformed_resets_are_refused(s: &Sluice) {
+    let cases = [
+        ("{\"domain\":", "invalid RateLimitRequest JSON"),
+        (
+            r#"{"domain":"nowhere","descriptors":[{"entries":[{"key":"a","value":"b"}]}]}"#,
+            "nowhere",
+        ),
+        (
+            &*body(&[&[("a", "1")], &[("a", "2")], &[("a", "3")]]),
+            "descriptors",
+        ),
+        (r#"{"domain":"auth","descriptors":[]}"#, "descriptor"),
+        (
+            r#"{"domain":"auth","descriptors":[{"entries":[]}]}"#,
+            "descriptor 1 has no entries",
+        ),
+    ];
+    for (bad, says) in cases {
+        let (code, text) = admin(s, "POST", "/api/counters/reset", None, bad);
+        assert_eq!(code, 400, "{bad}: {text}");
+        assert!(text.contains(says), "{bad}: {text}");
+    }
 }
 
 /// An operator types the address; the lookup finds the hashed counter. The
@@ -208,26 +219,14 @@ async fn the_counters_command_shows_resets_and_lists_the_top() {
     let mut c = s.client().await;
     assert_eq!(spend(&mut c, &[("fixed", "cli")], 5).await, 3);
     let url = format!("http://{}", s.admin);
-    let run = |args: &[&str], token: Option<&str>| {
-        let mut cmd = std::process::Command::new(sluice_bin());
-        cmd.arg("counters").args(args).args(["--admin", &url]);
-        cmd.env_remove("SLUICE_ADMIN_TOKEN");
-        if let Some(t) = token {
-            cmd.env("SLUICE_ADMIN_TOKEN", t);
-        }
-        let out = cmd.output().expect("sluice counters");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
     let (ok, _, err) = run(
+        &url,
         &["show", "--domain", "auth", "--descriptor", "fixed=cli"],
         None,
     );
     assert!(!ok && err.contains("401"), "{err}");
     let (ok, out, err) = run(
+        &url,
         &["show", "--domain", "auth", "--descriptor", "fixed=cli"],
         Some("cli-token"),
     );
@@ -237,12 +236,13 @@ async fn the_counters_command_shows_resets_and_lists_the_top() {
         "{out}"
     );
     let tf = file.to_str().unwrap();
-    let (ok, out, err) = run(&["top", "--token-file", tf], None);
+    let (ok, out, err) = run(&url, &["top", "--token-file", tf], None);
     assert!(
         ok && out.contains("sluice counters show --domain auth --descriptor 'fixed=cli'"),
         "{out}{err}"
     );
     let (ok, out, _) = run(
+        &url,
         &[
             "reset",
             "--domain",
@@ -260,4 +260,21 @@ async fn the_counters_command_shows_resets_and_lists_the_top() {
         (json!(true), json!(5))
     );
     assert_eq!(spend(&mut c, &[("fixed", "cli")], 1).await, 1);
+}
+
+/// `sluice counters ARGS --admin URL`, with `token` in its environment:
+/// whether it succeeded, its output and its errors.
+fn run(url: &str, args: &[&str], token: Option<&str>) -> (bool, String, String) {
+    let mut cmd = std::process::Command::new(sluice_bin());
+    cmd.arg("counters").args(args).args(["--admin", url]);
+    cmd.env_remove("SLUICE_ADMIN_TOKEN");
+    if let Some(t) = token {
+        cmd.env("SLUICE_ADMIN_TOKEN", t);
+    }
+    let out = cmd.output().expect("sluice counters");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }

@@ -191,83 +191,100 @@ fn decides_over_mutual_tls(dir: &Path, grpc: u16) -> Vec<i32> {
 fn every_envoy_gateway_deployment_starts_and_decides() {
     let mut report = Vec::new();
     for (path, env) in deployments() {
-        let name = path
-            .file_name()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned();
-        let dir = tempfile::tempdir().expect("tempdir");
-        let certs = secret(dir.path());
-        let redis = redis_for(&env);
-        let rt = tokio::runtime::Runtime::new().expect("runtime");
-        let _enter = rt.enter();
-        let tls = xds_server_tls(dir.path());
-        let xds = free_port();
-        let ads = Ads::default();
-        ads.push("v1", &[config(3, 1)]);
-        let _server = serve_tls(ads.clone(), ([127, 0, 0, 1], xds).into(), Some(tls));
-        let stand_ins = StandIns {
-            certs: &certs,
-            xds,
-            redis: &redis,
-            prometheus: free_port(),
-            trace_collector: free_port(),
-        };
-        let ports = [free_port(), free_port(), free_port()];
-        let env = stand_in(&env, &stand_ins, ports);
-        let mut sluice = start_binary(dir.path(), &env);
-        if is_sentinel(&env) {
-            // Refused at start, naming the variable (see above).
-            let exited = eventually(Duration::from_secs(10), || {
-                sluice
-                    .child
-                    .try_wait()
-                    .is_ok_and(|s| s.is_some_and(|s| !s.success()))
-            });
-            assert!(
-                exited && sluice.log().contains("REDIS_URL"),
-                "{name}: {}",
-                sluice.log()
-            );
-            report.push(format!("{name}: refused at start, naming REDIS_URL"));
-            continue;
-        }
-        let healthy = eventually(Duration::from_secs(30), || {
-            get(ports[0], "/healthcheck") == (200, "OK".into())
-        });
-        assert!(
-            healthy,
-            "{name}: /healthcheck never passed: {}",
-            sluice.log()
-        );
-        assert!(
-            eventually(Duration::from_secs(20), || ads
-                .answer("v1")
-                .is_some_and(|a| a.error_detail.is_none())),
-            "{name}: the pushed rules were never taken: {}",
-            sluice.log()
-        );
-        // Decided by the store, not by a failure policy.
-        let ready = get(ports[0], "/readyz").1;
-        assert!(
-            ready.contains("\"healthy\":true"),
-            "{name}: the store: {ready}"
-        );
-        let codes = decides_over_mutual_tls(dir.path(), ports[1]);
-        assert_eq!(
-            codes,
-            [1, 2],
-            "{name}: OK then OVER_LIMIT: {}",
-            sluice.log()
-        );
-        assert!(
-            sluice.child.try_wait().is_ok_and(|s| s.is_none()),
-            "{name}: still up"
-        );
-        report.push(format!(
-            "{name}: up, healthy, rules over xDS, decides over mutual TLS"
-        ));
+        report.push(one_deployment(&path, &env));
     }
     eprintln!("{}", report.join("\n"));
     assert_eq!(report.len(), 19, "{report:?}");
+}
+
+/// One Deployment started with its environment (stand-ins for what it
+/// names): up, healthy, its rules taken over xDS, deciding over mutual TLS
+/// on the store; a Sentinel one refused at start. What it did, in a line.
+fn one_deployment(path: &Path, env: &[(String, String)]) -> String {
+    let name = path
+        .file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let certs = secret(dir.path());
+    let redis = redis_for(env);
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let _enter = rt.enter();
+    let tls = xds_server_tls(dir.path());
+    let xds = free_port();
+    let ads = Ads::default();
+    ads.push("v1", &[config(3, 1)]);
+    let _server = serve_tls(ads.clone(), ([127, 0, 0, 1], xds).into(), Some(tls));
+    let stand_ins = StandIns {
+        certs: &certs,
+        xds,
+        redis: &redis,
+        prometheus: free_port(),
+        trace_collector: free_port(),
+    };
+    let ports = [free_port(), free_port(), free_port()];
+    let env = stand_in(env, &stand_ins, ports);
+    let mut sluice = start_binary(dir.path(), &env);
+    if is_sentinel(&env) {
+        // Refused at start, naming the variable (see above).
+        let exited = eventually(Duration::from_secs(10), || {
+            sluice
+                .child
+                .try_wait()
+                .is_ok_and(|s| s.is_some_and(|s| !s.success()))
+        });
+        assert!(
+            exited && sluice.log().contains("REDIS_URL"),
+            "{name}: {}",
+            sluice.log()
+        );
+        return format!("{name}: refused at start, naming REDIS_URL");
+    }
+    up_healthy_and_deciding(dir.path(), &name, ports, &ads, &mut sluice);
+    format!("{name}: up, healthy, rules over xDS, decides over mutual TLS")
+}
+
+/// A started Deployment passes its health check, takes the pushed rules,
+/// decides on the store (not a failure policy) over mutual TLS, OK then
+/// OVER_LIMIT, and stays up.
+fn up_healthy_and_deciding(
+    dir: &Path,
+    name: &str,
+    ports: [u16; 3],
+    ads: &Ads,
+    sluice: &mut super::Running,
+) {
+    let healthy = eventually(Duration::from_secs(30), || {
+        get(ports[0], "/healthcheck") == (200, "OK".into())
+    });
+    assert!(
+        healthy,
+        "{name}: /healthcheck never passed: {}",
+        sluice.log()
+    );
+    assert!(
+        eventually(Duration::from_secs(20), || ads
+            .answer("v1")
+            .is_some_and(|a| a.error_detail.is_none())),
+        "{name}: the pushed rules were never taken: {}",
+        sluice.log()
+    );
+    // Decided by the store, not by a failure policy.
+    let ready = get(ports[0], "/readyz").1;
+    assert!(
+        ready.contains("\"healthy\":true"),
+        "{name}: the store: {ready}"
+    );
+    let codes = decides_over_mutual_tls(dir, ports[1]);
+    assert_eq!(
+        codes,
+        [1, 2],
+        "{name}: OK then OVER_LIMIT: {}",
+        sluice.log()
+    );
+    assert!(
+        sluice.child.try_wait().is_ok_and(|s| s.is_none()),
+        "{name}: still up"
+    );
 }
