@@ -78,15 +78,21 @@ async fn rules_follow_the_management_server() {
     // as a process exit would.)
     ads.0.lock().unwrap().streams.clear();
     server.cancel();
+    a_restarted_server_is_followed(addr, &s, &mut c).await;
+}
+
+/// The management server restarted with new rules (v4): sluice reconnects,
+/// resubscribing with the version in force (v2).
+async fn a_restarted_server_is_followed(addr: SocketAddr, s: &Sluice, c: &mut Client) {
     let ads = Ads::default();
     ads.push("v4", &[config(3, 1)]);
     let _server = serve(ads.clone(), addr);
     assert!(
-        eventually(Duration::from_secs(20), || version(&s) == "v4"),
+        eventually(Duration::from_secs(20), || version(s) == "v4"),
         "{}",
         s.readyz()
     );
-    assert_eq!(admitted_of(&mut c, "d", 3).await, 1, "v4: 1 per hour");
+    assert_eq!(admitted_of(c, "d", 3).await, 1, "v4: 1 per hour");
     let resub = ads
         .0
         .lock()

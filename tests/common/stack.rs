@@ -12,6 +12,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use super::redis::{RedisServer, free_port};
 use super::{Sluice, eventually, workspace};
 
+mod mtls;
+
+// Not every test binary starts an Envoy over mutual TLS.
+#[allow(unused_imports)]
+pub use mtls::mtls_envoy;
+
 /// How long the tests' Envoy waits for sluice (the shipped config: 200 ms).
 pub const ENVOY_FILTER_TIMEOUT_MS: u64 = 1000;
 
@@ -105,34 +111,14 @@ impl Stack {
         );
         let (upstream, upstream_port) = start_upstream();
         let (port, envoy_admin) = (free_port(), free_port());
-        let config = dir.path().join("envoy.yaml");
-        let rendered = Command::new("python3")
-            .arg(workspace().join("envoy/stack.py"))
-            .arg("render")
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--admin", &format!("127.0.0.1:{envoy_admin}")])
-            .args(["--sluice", &sluice.grpc.to_string()])
-            .args(["--upstream", &format!("127.0.0.1:{upstream_port}")])
-            .arg("--out")
-            .arg(&config)
-            .status()
-            .expect("python3 envoy/stack.py render");
-        assert!(rendered.success(), "render failed");
-        let text = std::fs::read_to_string(&config).expect("rendered config");
-        // Envoy waits 1 s for sluice here, not the shipped 0.2 s: on a loaded
-        // test machine Envoy and sluice can be starved of CPU past 0.2 s, and
-        // the call then passes unlimited (a 200 with no rate-limit headers),
-        // which says nothing of sluice. The store timeout stays below it.
-        let shipped = "              timeout: 0.2s\n";
-        assert!(text.contains(shipped), "the ratelimit filter's timeout");
-        let text = text.replace(
-            shipped,
-            &format!(
-                "              timeout: {}s\n",
-                ENVOY_FILTER_TIMEOUT_MS as f64 / 1000.0
-            ),
+        let config = render_envoy(
+            dir.path(),
+            port,
+            envoy_admin,
+            sluice.grpc,
+            upstream_port,
+            edit,
         );
-        std::fs::write(&config, edit(&text)).expect("edited config");
         let envoy = spawn_envoy(&config, &dir.path().join("envoy.log"));
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
@@ -149,18 +135,23 @@ impl Stack {
             agent,
             dir,
         };
+        stack.wait_up();
+        stack
+    }
+
+    /// Waits for Envoy to answer a health check through the stack; panics
+    /// with its log if it never does.
+    fn wait_up(&mut self) {
         let up = eventually(Duration::from_secs(30), || {
-            stack
-                .try_send("GET", "/api/health", &[], "")
+            self.try_send("GET", "/api/health", &[], "")
                 .is_some_and(|r| r.status == 200)
         });
         if !up {
             let log =
-                std::fs::read_to_string(stack.dir.path().join("envoy.log")).unwrap_or_default();
-            let _ = stack.envoy.kill();
+                std::fs::read_to_string(self.dir.path().join("envoy.log")).unwrap_or_default();
+            let _ = self.envoy.kill();
             panic!("envoy did not come up:\n{log}");
         }
-        stack
     }
 
     /// Stops sluice and starts a new one on the same gRPC address and Redis,
@@ -313,83 +304,43 @@ pub fn repo_file(path: &str) -> String {
     std::fs::read_to_string(workspace().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-/// Envoy limiting every request by `generic_key k=v` in `domain`, asking the
-/// rate-limit service on 127.0.0.1:`sluice_port` over TLS as Envoy
-/// Gateway's `ratelimit_cluster` does: `client`.pem as Envoy's certificate,
-/// trusting `ca.pem` (both in `dir`). Returns Envoy and its port.
-pub fn mtls_envoy(
+/// The local stack's Envoy config, rendered by `envoy/stack.py` for these
+/// ports into `dir`, its filter timeout raised and passed through `edit`.
+fn render_envoy(
     dir: &Path,
-    name: &str,
-    domain: &str,
-    sluice_port: u16,
-    upstream: u16,
-    client: &str,
-) -> (Child, u16) {
-    let port = free_port();
-    let d = dir.display();
-    let config = format!(
-        r#"
-static_resources:
-  listeners:
-  - address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          '@type': type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: {name}
-          http_filters:
-          - name: envoy.filters.http.ratelimit
-            typed_config:
-              '@type': type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
-              domain: {domain}
-              timeout: 1s
-              failure_mode_deny: false
-              enable_x_ratelimit_headers: DRAFT_VERSION_03
-              rate_limit_service:
-                transport_api_version: V3
-                grpc_service: {{envoy_grpc: {{cluster_name: ratelimit_cluster}}}}
-          - name: envoy.filters.http.router
-            typed_config: {{'@type': type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ['*']
-              routes:
-              - match: {{prefix: /}}
-                route:
-                  cluster: upstream
-                  rate_limits: [{{actions: [{{generic_key: {{descriptor_key: k, descriptor_value: v}}}}]}}]
-  clusters:
-  - name: ratelimit_cluster
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        '@type': type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{http2_protocol_options: {{}}}}
-    transport_socket:
-      name: envoy.transport_sockets.tls
-      typed_config:
-        '@type': type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
-        common_tls_context:
-          alpn_protocols: [h2]
-          tls_params: {{tls_maximum_protocol_version: TLSv1_3}}
-          tls_certificates: [{{certificate_chain: {{filename: {d}/{client}.pem}}, private_key: {{filename: {d}/{client}.key}}}}]
-          validation_context: {{trusted_ca: {{filename: {d}/ca.pem}}}}
-    load_assignment:
-      cluster_name: ratelimit_cluster
-      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {sluice_port}}}}}}}}}]}}]
-  - name: upstream
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: upstream
-      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {upstream}}}}}}}}}]}}]
-"#
+    port: u16,
+    envoy_admin: u16,
+    sluice: std::net::SocketAddr,
+    upstream_port: u16,
+    edit: impl Fn(&str) -> String,
+) -> PathBuf {
+    let config = dir.join("envoy.yaml");
+    let rendered = Command::new("python3")
+        .arg(workspace().join("envoy/stack.py"))
+        .arg("render")
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--admin", &format!("127.0.0.1:{envoy_admin}")])
+        .args(["--sluice", &sluice.to_string()])
+        .args(["--upstream", &format!("127.0.0.1:{upstream_port}")])
+        .arg("--out")
+        .arg(&config)
+        .status()
+        .expect("python3 envoy/stack.py render");
+    assert!(rendered.success(), "render failed");
+    let text = std::fs::read_to_string(&config).expect("rendered config");
+    // Envoy waits 1 s for sluice here, not the shipped 0.2 s: on a loaded
+    // test machine Envoy and sluice can be starved of CPU past 0.2 s, and
+    // the call then passes unlimited (a 200 with no rate-limit headers),
+    // which says nothing of sluice. The store timeout stays below it.
+    let shipped = "              timeout: 0.2s\n";
+    assert!(text.contains(shipped), "the ratelimit filter's timeout");
+    let text = text.replace(
+        shipped,
+        &format!(
+            "              timeout: {}s\n",
+            ENVOY_FILTER_TIMEOUT_MS as f64 / 1000.0
+        ),
     );
-    let path = dir.join(format!("{name}.yaml"));
-    std::fs::write(&path, config).expect("write envoy config");
-    let child = spawn_envoy(&path, &dir.join(format!("{name}.log")));
-    (child, port)
+    std::fs::write(&config, edit(&text)).expect("edited config");
+    config
 }
