@@ -113,20 +113,27 @@ fn run(
         let _ = reader.join();
     }
     let h = history.lock().expect("history");
-    if let Ok(dir) = std::env::var("CHAOS_HISTORY") {
-        let path = std::path::Path::new(&dir).join(format!("seed-{seed}.jsonl"));
-        let _ = std::fs::create_dir_all(&dir);
-        let _ = std::fs::write(&path, h.json_lines());
-        fleet.save_logs(&std::path::Path::new(&dir).join(format!("seed-{seed}")));
-    }
+    keep(&h, &fleet, seed);
+
     let kinds: std::collections::BTreeSet<&str> =
         h.faults.iter().map(|f| f.kind.as_str()).collect();
+    summarise(&h, seed, backend, kinds.len());
+
+    let mut report = checker::check(&h, INSTANCES);
+    report.kinds = kinds.len();
+    report.masters = h.masters.len();
+    report.slots_moved = h.slots_moved;
+    report
+}
+
+/// What a run did, in a line (and the Sentinel's masters).
+fn summarise(h: &History, seed: u64, backend: Backend, kinds: usize) {
     eprintln!(
         "seed {seed} on {}: {} operations, {} faults ({} kinds), {} resets ({} answered), {} lookups ({} answered)",
         backend.name(),
         h.ops.len(),
         h.faults.len(),
-        kinds.len(),
+        kinds,
         h.resets.len(),
         h.resets.iter().filter(|r| r.status == 200).count(),
         h.lookups.0,
@@ -138,11 +145,17 @@ fn run(
             h.masters.len()
         );
     }
-    let mut report = checker::check(&h, INSTANCES);
-    report.kinds = kinds.len();
-    report.masters = h.masters.len();
-    report.slots_moved = h.slots_moved;
-    report
+}
+
+/// Under `CHAOS_HISTORY`, the history and every instance's log are kept
+/// there.
+fn keep(h: &History, fleet: &fleet::Fleet, seed: u64) {
+    if let Ok(dir) = std::env::var("CHAOS_HISTORY") {
+        let path = std::path::Path::new(&dir).join(format!("seed-{seed}.jsonl"));
+        let _ = std::fs::create_dir_all(&dir);
+        let _ = std::fs::write(&path, h.json_lines());
+        fleet.save_logs(&std::path::Path::new(&dir).join(format!("seed-{seed}")));
+    }
 }
 
 /// The report as the book's table: each fault against each promise.

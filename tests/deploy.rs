@@ -148,6 +148,35 @@ fn kubernetes_manifests_agree_and_their_rules_load() {
         .find(|v| v["name"] == mount["name"])
         .expect("the mounted volume");
     assert_eq!(volume["configMap"]["name"], config["metadata"]["name"]);
+    the_service_and_its_monitor_select_the_pods(&deploy, &service, &monitor);
+
+    the_config_maps_rules_are_shipped_and_load(&config);
+}
+
+/// The ConfigMap's rules are the shipped ones, and they load.
+fn the_config_maps_rules_are_shipped_and_load(config: &Value) {
+    // The rules: the shipped ones, and they load.
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in config["data"].as_object().unwrap() {
+        let text = text.as_str().unwrap();
+        assert_eq!(
+            text,
+            std::fs::read_to_string(workspace().join("descriptors").join(name)).unwrap(),
+            "{name} in the ConfigMap differs from descriptors/"
+        );
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let out = sluice_check(dir.path());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The Service and the ServiceMonitor select the Deployment's pods and name
+/// its ports.
+fn the_service_and_its_monitor_select_the_pods(deploy: &Value, service: &Value, monitor: &Value) {
     // The Service and the ServiceMonitor select the pods and name the ports.
     let labels = &deploy["spec"]["template"]["metadata"]["labels"];
     for (k, v) in service["spec"]["selector"].as_object().unwrap() {
@@ -168,22 +197,5 @@ fn kubernetes_manifests_agree_and_their_rules_load() {
             .unwrap()
             .iter()
             .any(|p| p["name"] == endpoint["port"])
-    );
-    // The rules: the shipped ones, and they load.
-    let dir = tempfile::tempdir().unwrap();
-    for (name, text) in config["data"].as_object().unwrap() {
-        let text = text.as_str().unwrap();
-        assert_eq!(
-            text,
-            std::fs::read_to_string(workspace().join("descriptors").join(name)).unwrap(),
-            "{name} in the ConfigMap differs from descriptors/"
-        );
-        std::fs::write(dir.path().join(name), text).unwrap();
-    }
-    let out = sluice_check(dir.path());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
     );
 }

@@ -192,8 +192,9 @@ fn reference(h: &History, r: &mut Report) {
     }
 }
 
-fn windows(h: &History, instances: usize, r: &mut Report) {
-    // (rule, value, window start) -> hits admitted inside it.
+/// (rule, value, window start) -> hits admitted inside it, answered before
+/// its end.
+fn admitted(h: &History) -> BTreeMap<(&str, &str, u64), u64> {
     let mut admitted: BTreeMap<(&str, &str, u64), u64> = BTreeMap::new();
     // A shadow rule admits past its limit by design (`kinds.rs` holds it
     // to its own promise); refunds and slots admit no hits.
@@ -210,6 +211,11 @@ fn windows(h: &History, instances: usize, r: &mut Report) {
             *admitted.entry((o.rule, &o.value, w)).or_default() += u64::from(o.hits);
         }
     }
+    admitted
+}
+
+fn windows(h: &History, instances: usize, r: &mut Report) {
+    let admitted = admitted(h);
     let mut refunds: Vec<&Op> = h.ops.iter().filter(|o| o.refund).collect();
     refunds.sort_by_key(|o| o.sent);
     for ((rule, value, w), hits) in admitted {

@@ -143,19 +143,7 @@ impl Fleet {
                 let mut all = store.flags(p);
                 all.extend(args.iter().cloned());
                 let s = start(dir.path(), "127.0.0.1:0", &all, &clock);
-                let ready = super::common::eventually(Duration::from_secs(10), || {
-                    s.readyz()["status"] == "ready"
-                });
-                assert!(ready, "instance never ready: {}", s.readyz());
-                if backend == Backend::Xds {
-                    // The pushed rules, shaped by the overlay. Readiness is the
-                    // store's: the first push may land after it.
-                    let pushed = super::common::eventually(Duration::from_secs(30), || {
-                        let (_, rl) = s.get("/rlconfig");
-                        rl.contains("algorithm=sliding_window") && rl.contains("chaos.c: window=2s")
-                    });
-                    assert!(pushed, "pushed rules never shown: {}", s.get("/rlconfig").1);
-                }
+                wait_ready(&s, backend);
                 logs.keep(i, &s);
                 Instance {
                     grpc: s.grpc,
@@ -350,6 +338,23 @@ impl Drop for Fleet {
                 send_signal(s.pid(), "CONT");
             }
         }
+    }
+}
+
+/// Waits for an instance to be ready, and on xDS for the pushed rules to be
+/// shown.
+fn wait_ready(s: &Sluice, backend: Backend) {
+    let ready =
+        super::common::eventually(Duration::from_secs(10), || s.readyz()["status"] == "ready");
+    assert!(ready, "instance never ready: {}", s.readyz());
+    if backend == Backend::Xds {
+        // The pushed rules, shaped by the overlay. Readiness is the
+        // store's: the first push may land after it.
+        let pushed = super::common::eventually(Duration::from_secs(30), || {
+            let (_, rl) = s.get("/rlconfig");
+            rl.contains("algorithm=sliding_window") && rl.contains("chaos.c: window=2s")
+        });
+        assert!(pushed, "pushed rules never shown: {}", s.get("/rlconfig").1);
     }
 }
 

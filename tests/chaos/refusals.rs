@@ -49,26 +49,9 @@ pub fn check(h: &History, instances: usize, r: &mut Report) {
         if op.answered >= span.1 || touched(h, span) {
             continue;
         }
-        let resets: Vec<&Reset> = h
-            .resets
-            .iter()
-            .filter(|x| x.rule == op.rule && x.value == op.value)
-            .collect();
-        if resets
-            .iter()
-            .any(|x| x.sent <= op.answered && reset_end(x) + STALE_MS > op.sent)
-        {
+        let Some(since) = counting_from(h, op, w) else {
             continue;
-        }
-        // Counted from the last reset that surely emptied the counter: one
-        // answered 200. (One refused, or never answered, may have left it
-        // as it was: the store down, the rule not there yet.)
-        let since = resets
-            .iter()
-            .filter(|x| x.status == 200 && x.sent >= w && reset_end(x) + STALE_MS <= op.sent)
-            .map(|x| x.sent)
-            .max()
-            .unwrap_or(w);
+        };
         let low = u64::from(limits_in_force(h, op.rule, *base, span).0);
         let ops = &keys[&(op.rule, op.value.as_str())];
         // A request is answered within the client's timeout of being sent.
@@ -91,4 +74,31 @@ pub fn check(h: &History, instances: usize, r: &mut Report) {
             ));
         }
     }
+}
+
+/// Where a refusal's count starts: `None` when a reset ran too near it to
+/// tell, else the last reset in its window `w` that surely emptied the
+/// counter, or the window's start.
+fn counting_from(h: &History, op: &Op, w: u64) -> Option<u64> {
+    let resets: Vec<&Reset> = h
+        .resets
+        .iter()
+        .filter(|x| x.rule == op.rule && x.value == op.value)
+        .collect();
+    if resets
+        .iter()
+        .any(|x| x.sent <= op.answered && reset_end(x) + STALE_MS > op.sent)
+    {
+        return None;
+    }
+    // Counted from the last reset that surely emptied the counter: one
+    // answered 200. (One refused, or never answered, may have left it
+    // as it was: the store down, the rule not there yet.)
+    let since = resets
+        .iter()
+        .filter(|x| x.status == 200 && x.sent >= w && reset_end(x) + STALE_MS <= op.sent)
+        .map(|x| x.sent)
+        .max()
+        .unwrap_or(w);
+    Some(since)
 }
