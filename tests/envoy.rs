@@ -106,6 +106,11 @@ fn login_has_its_own_bucket_per_ip_and_path() {
         200
     );
 
+    a_preflight_never_reaches_sluice(&stack, ip);
+}
+
+/// A CORS preflight is answered by Envoy and never reaches sluice.
+fn a_preflight_never_reaches_sluice(stack: &Stack, ip: &str) {
     // A CORS preflight is answered by Envoy and never reaches sluice.
     let asked = stack.envoy_stat("cluster.upstream.ratelimit.ok")
         + stack.envoy_stat("cluster.upstream.ratelimit.over_limit");
@@ -232,6 +237,11 @@ fn a_mailbox_has_one_budget_across_ips_and_spellings() {
     let r = stack.post_json("/api/auth/resend-verification", "198.51.100.50", "not json");
     assert_problem(&r, "/api/auth/resend-verification");
 
+    no_address_in_clear(&stack);
+}
+
+/// No address in clear anywhere sluice writes: Redis keys, metrics, logs.
+fn no_address_in_clear(stack: &Stack) {
     // No address in clear anywhere sluice writes.
     let keys = stack.redis.cli(&["--scan"]);
     assert!(!keys.is_empty(), "counters live in Redis");
@@ -287,6 +297,12 @@ fn the_api_ceiling_spares_health_auth_and_logins() {
         );
         assert_eq!(get("/api/auth/me", ip).status, 200);
     }
+    a_public_flood_leaves_its_login_alone(&stack, get);
+}
+
+/// A public-prefix flood from one IP stops at 240, spends every public
+/// prefix's one budget, and leaves its login alone.
+fn a_public_flood_leaves_its_login_alone(stack: &Stack, get: impl Fn(&str, &str) -> Reply) {
     // A public-prefix flood from one IP stops at 240 and leaves its login alone.
     let ip = "192.0.2.88";
     for i in 0..240 {

@@ -135,20 +135,22 @@ async fn protected_mode_says_denied_and_each_cause_is_logged_once() {
     relay.abort();
 }
 
+/// Stops `redis` and asks until `s` says it is degraded.
+async fn take_down(s: &Sluice, redis: RedisServer) {
+    drop(redis);
+    let mut client = s.client().await;
+    for _ in 0..10 {
+        let _ = ask(&mut client, "shop", &[("ip", "a")]).await;
+    }
+    assert!(eventually(Duration::from_secs(10), || s.status() == "degraded"));
+}
+
 /// `/healthcheck` as the reference's: failing until the store has answered
 /// once, then passing even while it is down (the failure policy answers);
 /// `--healthcheck-needs-store` fails it while down, `--healthcheck-needs-rules`
 /// until a domain is loaded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthcheck_follows_the_reference() {
-    async fn take_down(s: &Sluice, redis: RedisServer) {
-        drop(redis);
-        let mut client = s.client().await;
-        for _ in 0..10 {
-            let _ = ask(&mut client, "shop", &[("ip", "a")]).await;
-        }
-        assert!(eventually(Duration::from_secs(10), || s.status() == "degraded"));
-    }
     let port = free_port();
     let s = start(&format!("redis://127.0.0.1:{port}"));
     let (code, body) = s.get("/healthcheck");
@@ -164,7 +166,10 @@ async fn healthcheck_follows_the_reference() {
         200,
         "still passing while the policy answers"
     );
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthcheck_needs_store_fails_while_the_store_is_down() {
     let redis = RedisServer::start();
     let url = format!("redis://127.0.0.1:{}", redis.port);
     let strict = Sluice::start(
@@ -185,7 +190,10 @@ async fn healthcheck_follows_the_reference() {
     let (code, body) = strict.get("/healthcheck");
     assert_eq!(code, 500);
     assert!(body.contains("the store is down"), "{body}");
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthcheck_needs_rules_fails_before_the_first_rules() {
     // Before the first xDS response (a server that never answers).
     let xds = format!("127.0.0.1:{}", free_port());
     let empty = Sluice::start(
