@@ -74,19 +74,7 @@ async fn a_hung_redis_is_found_out_while_sluice_is_starved_of_cpu() {
     let mut c = s.client().await;
     let mut seen = Seen::default();
     let mut i = 0;
-    // sluice learns of the restart from its next call, and comes back to
-    // the new Redis: asked until it counts there again.
-    let back = Instant::now();
-    while !ready() || redis.counter_keys().is_empty() {
-        assert!(
-            back.elapsed() < Duration::from_secs(10),
-            "back after the restart: {:?}",
-            s.readyz()
-        );
-        i += 1;
-        ask_fresh(&mut c, i, &mut seen).await;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    back_after_a_restart(&s, &redis, &mut c, &mut i, &mut seen).await;
 
     let throttle = Throttle::start(
         s.pid(),
@@ -132,6 +120,28 @@ async fn a_hung_redis_is_found_out_while_sluice_is_starved_of_cpu() {
         "back after SIGCONT: {:?}",
         s.readyz()
     );
+}
+
+/// sluice learns of a Redis restart from its next call, and comes back to
+/// the new Redis: asked until it counts there again.
+async fn back_after_a_restart(
+    s: &Sluice,
+    redis: &RedisServer,
+    c: &mut envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<tonic::transport::Channel>,
+    i: &mut usize,
+    seen: &mut Seen,
+) {
+    let back = Instant::now();
+    while s.status() != "ready" || redis.counter_keys().is_empty() {
+        assert!(
+            back.elapsed() < Duration::from_secs(10),
+            "back after the restart: {:?}",
+            s.readyz()
+        );
+        *i += 1;
+        ask_fresh(c, *i, seen).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 const FLOODED: &str = "

@@ -10,6 +10,7 @@ mod concurrency;
 #[path = "usage/settlement.rs"]
 mod settlement;
 
+use std::path::Path;
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
@@ -80,26 +81,7 @@ impl Fleet {
         let envoys = sluices
             .iter()
             .enumerate()
-            .map(|(i, s)| {
-                let port = free_port();
-                let config = dir.path().join(format!("envoy{i}.yaml"));
-                let rendered = Command::new("python3")
-                    .arg(workspace().join("envoy/stack.py"))
-                    .arg("render")
-                    .arg("--config")
-                    .arg(workspace().join("envoy/usage.yaml"))
-                    .args(["--listen", &format!("127.0.0.1:{port}")])
-                    .args(["--admin", &format!("127.0.0.1:{}", free_port())])
-                    .args(["--sluice", &s.grpc.to_string()])
-                    .args(["--upstream", &format!("127.0.0.1:{}", llm.1)])
-                    .arg("--out")
-                    .arg(&config)
-                    .status()
-                    .expect("python3 envoy/stack.py render");
-                assert!(rendered.success());
-                let log = dir.path().join(format!("envoy{i}.log"));
-                (spawn_envoy(&config, &log), port)
-            })
+            .map(|(i, s)| usage_envoy(dir.path(), i, s.grpc, llm.1))
             .collect();
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
@@ -228,6 +210,29 @@ impl Fleet {
     fn served(&self) -> u64 {
         self.llm("served")
     }
+}
+
+/// Envoy `i` of the fleet, on `envoy/usage.yaml` rendered for `sluice` and
+/// the model on `llm_port`: the process and its port.
+fn usage_envoy(dir: &Path, i: usize, sluice: std::net::SocketAddr, llm_port: u16) -> (Child, u16) {
+    let port = free_port();
+    let config = dir.join(format!("envoy{i}.yaml"));
+    let rendered = Command::new("python3")
+        .arg(workspace().join("envoy/stack.py"))
+        .arg("render")
+        .arg("--config")
+        .arg(workspace().join("envoy/usage.yaml"))
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--admin", &format!("127.0.0.1:{}", free_port())])
+        .args(["--sluice", &sluice.to_string()])
+        .args(["--upstream", &format!("127.0.0.1:{}", llm_port)])
+        .arg("--out")
+        .arg(&config)
+        .status()
+        .expect("python3 envoy/stack.py render");
+    assert!(rendered.success());
+    let log = dir.join(format!("envoy{i}.log"));
+    (spawn_envoy(&config, &log), port)
 }
 
 const AFTER: &str = "tokens_after.api_key";

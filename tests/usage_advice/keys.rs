@@ -69,33 +69,42 @@ async fn buckets_and_concurrency_count_each_key_once_per_window() {
         let back = clients[n - 1].should_rate_limit(refunded(5, true)).await;
         assert!(back.is_ok());
         assert_eq!(fleet(&instances, "bucket", 3).1, 0, "{place}: 3 left");
-        // A bucket's usage starts again each window: three requests in one
-        // second, two in the next.
-        let second = || {
-            let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-            t.map(|d| (d.as_secs(), d.subsec_millis()))
-                .unwrap_or_default()
-        };
-        assert!(eventually(Duration::from_secs(3), || second().1 < 300));
-        let first = second().0;
-        for i in 0..3 {
-            ask(&mut clients[i % n], "auth", &[("persec", "k")]).await;
-        }
-        let same = second().0 == first;
-        assert!(eventually(Duration::from_secs(3), || second().0 > first));
-        for i in 0..2 {
-            ask(&mut clients[i % n], "auth", &[("persec", "k")]).await;
-        }
-        let (keys, max) = keys_and_max(&instances, "persec");
-        let hits: u64 = instances
-            .iter()
-            .map(|s| listed(s, "persec")["hits"].as_u64().unwrap_or(0))
-            .sum();
-        assert_eq!(hits, 5, "{place}");
-        assert!(keys >= 2 && max <= 3, "{place}: {keys} keys, max {max}");
-        if same {
-            assert_eq!(max, 3, "{place}");
-        }
+        a_buckets_usage_starts_again_each_window(&mut clients, &instances, place).await;
+    }
+}
+
+/// A bucket's usage starts again each window: three requests in one
+/// second, two in the next.
+async fn a_buckets_usage_starts_again_each_window(
+    clients: &mut [Client],
+    instances: &[&Sluice],
+    place: &str,
+) {
+    let n = clients.len();
+    let second = || {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        t.map(|d| (d.as_secs(), d.subsec_millis()))
+            .unwrap_or_default()
+    };
+    assert!(eventually(Duration::from_secs(3), || second().1 < 300));
+    let first = second().0;
+    for i in 0..3 {
+        ask(&mut clients[i % n], "auth", &[("persec", "k")]).await;
+    }
+    let same = second().0 == first;
+    assert!(eventually(Duration::from_secs(3), || second().0 > first));
+    for i in 0..2 {
+        ask(&mut clients[i % n], "auth", &[("persec", "k")]).await;
+    }
+    let (keys, max) = keys_and_max(instances, "persec");
+    let hits: u64 = instances
+        .iter()
+        .map(|s| listed(s, "persec")["hits"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(hits, 5, "{place}");
+    assert!(keys >= 2 && max <= 3, "{place}: {keys} keys, max {max}");
+    if same {
+        assert_eq!(max, 3, "{place}");
     }
 }
 
