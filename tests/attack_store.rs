@@ -67,16 +67,7 @@ async fn a_poisoned_counter_fails_only_its_own_request() {
         ],
     );
     assert!(eventually(Duration::from_secs(10), || s.status() == "ready"));
-    let hour = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        / 3600
-        * 3600;
-    for h in [hour, hour + 3600] {
-        redis.cli(&["set", &format!("shop_ip_full_{h}"), &i64::MAX.to_string()]);
-        redis.cli(&["lpush", &format!("shop_ip_list_{h}"), "x"]);
-    }
+    poison(&redis);
     let c = s.client().await;
     let tasks: Vec<_> = (0..300)
         .map(|i| {
@@ -112,6 +103,21 @@ async fn a_poisoned_counter_fails_only_its_own_request() {
         metric(&m, "sluice_store_errors_total{kind=\"error\"}"),
         Some(0.0)
     );
+}
+
+/// Poisons the reference's counters of `ip=full` (at i64::MAX) and
+/// `ip=list` (not a number) in this hour and the next.
+fn poison(redis: &RedisServer) {
+    let hour = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        / 3600
+        * 3600;
+    for h in [hour, hour + 3600] {
+        redis.cli(&["set", &format!("shop_ip_full_{h}"), &i64::MAX.to_string()]);
+        redis.cli(&["lpush", &format!("shop_ip_list_{h}"), "x"]);
+    }
 }
 
 /// A Redis user that may PING but not run scripts: the store is down for

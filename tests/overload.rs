@@ -172,6 +172,13 @@ async fn work_whose_caller_has_gone_never_reaches_redis() {
         pending()
     );
     redis.signal("CONT");
+    only_the_live_call_reaches_redis(&s, &redis).await;
+}
+
+/// A live caller behind them: once it is answered, everything queued before
+/// it was gathered (and dropped, its caller gone): Redis counted the call on
+/// the wire and the live one, and the breaker never tripped.
+async fn only_the_live_call_reaches_redis(s: &Sluice, redis: &RedisServer) {
     // A live caller behind them: once it is answered, everything queued
     // before it was gathered (and dropped, its caller gone).
     let mut c = s.client().await;
@@ -179,7 +186,7 @@ async fn work_whose_caller_has_gone_never_reaches_redis() {
         ask(&mut c, "web", &[("open", "after")]).await.overall_code,
         OK
     );
-    let seen = redis_total(&redis);
+    let seen = redis_total(redis);
     assert_eq!(
         seen, 2,
         "Redis counted {seen}: the call on the wire and the live one"

@@ -25,11 +25,7 @@ fn count(r: &RedisServer) -> Option<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_is_followed_and_counting_resumes_on_the_new_master() {
     let mut master = RedisServer::start();
-    let replica = RedisServer::start();
-    replica.cli(&["replicaof", "127.0.0.1", &master.port.to_string()]);
-    assert!(eventually(Duration::from_secs(10), || replica
-        .cli(&["info", "replication"])
-        .contains("master_link_status:up")));
+    let replica = replica_of(&master);
     let sentinel = RedisSentinel::start("mymaster", master.port);
     let spec = format!("mymaster@127.0.0.1:{}", sentinel.port);
     let s = Sluice::start(
@@ -87,6 +83,16 @@ async fn a_failover_is_followed_and_counting_resumes_on_the_new_master() {
         assert!(more <= 1000 / 8 + 1, "the new master stopped counting");
     }
     eprintln!("{answered} requests answered while sluice followed the failover");
+}
+
+/// A Redis replicating `master`, its link up.
+fn replica_of(master: &RedisServer) -> RedisServer {
+    let replica = RedisServer::start();
+    replica.cli(&["replicaof", "127.0.0.1", &master.port.to_string()]);
+    assert!(eventually(Duration::from_secs(10), || replica
+        .cli(&["info", "replication"])
+        .contains("master_link_status:up")));
+    replica
 }
 
 /// A node that still answers as a master after the sentinels named another

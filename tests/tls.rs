@@ -101,6 +101,11 @@ fn mutual_tls_serves_envoy_refuses_strangers_and_rotates_certificates() {
         assert_eq!(get(port), Some((200, false)), "a stranger was served");
     }
 
+    a_rotated_certificate_is_served(d, &s);
+}
+
+/// Rotation: new server certificate files are used for new connections.
+fn a_rotated_certificate_is_served(d: &Path, s: &Sluice) {
     // Rotation: new server certificate files are used for new connections.
     assert!(served_subject(d, s.grpc.port()).contains("server-1"));
     sh(

@@ -272,20 +272,8 @@ async fn every_shape_refunds_and_shadow_mode_count_usage() {
         ask(&mut c, "auth", &[("slots", "k"), ("id", id)]).await;
     }
     assert_eq!(max("slots.id").0, 3);
-    // A refund lowers a key's usage: 8 spent, 5 given back.
-    let mut req = request("auth", vec![descriptor(&[("tokens", "k")])]);
-    req.descriptors[0].hits_addend =
-        Some(envoy_types::pb::google::protobuf::UInt64Value { value: 8 });
-    c.should_rate_limit(req.clone()).await.unwrap();
-    let v = usage(&s, "domain=auth&rule=tokens&limit=3");
-    assert_eq!(v["keys_refused"], 1, "8 > 3 before the refund");
-    let mut refund = req;
-    refund.descriptors[0].hits_addend =
-        Some(envoy_types::pb::google::protobuf::UInt64Value { value: 5 });
-    refund.descriptors[0].is_negative_hits = true;
-    c.should_rate_limit(refund).await.unwrap();
-    let v = usage(&s, "domain=auth&rule=tokens&limit=3");
-    assert_eq!(v["keys_refused"], 0, "3 left after the refund: {v}");
+    a_refund_lowers_a_keys_usage(&s, &mut c).await;
+
     // Shadow mode: everything passes; the usage shows whom 5 would refuse.
     for _ in 0..9 {
         assert_eq!(
@@ -310,4 +298,22 @@ async fn every_shape_refunds_and_shadow_mode_count_usage() {
     assert_eq!(s.get("/api/usage?domain=nope").0, 400);
     assert_eq!(s.get("/api/usage?domain=auth&rule=nope").0, 400);
     assert_eq!(s.get("/api/usage?domain=auth&rule=ip&limit=x").0, 400);
+}
+
+/// A refund lowers a key's usage: 8 spent, 5 given back.
+async fn a_refund_lowers_a_keys_usage(s: &Sluice, c: &mut Client) {
+    // A refund lowers a key's usage: 8 spent, 5 given back.
+    let mut req = request("auth", vec![descriptor(&[("tokens", "k")])]);
+    req.descriptors[0].hits_addend =
+        Some(envoy_types::pb::google::protobuf::UInt64Value { value: 8 });
+    c.should_rate_limit(req.clone()).await.unwrap();
+    let v = usage(s, "domain=auth&rule=tokens&limit=3");
+    assert_eq!(v["keys_refused"], 1, "8 > 3 before the refund");
+    let mut refund = req;
+    refund.descriptors[0].hits_addend =
+        Some(envoy_types::pb::google::protobuf::UInt64Value { value: 5 });
+    refund.descriptors[0].is_negative_hits = true;
+    c.should_rate_limit(refund).await.unwrap();
+    let v = usage(s, "domain=auth&rule=tokens&limit=3");
+    assert_eq!(v["keys_refused"], 0, "3 left after the refund: {v}");
 }

@@ -73,14 +73,8 @@ async fn a_flood_of_buckets_costs_the_store_no_more_than_its_budgets() {
         "one report was answered with {} assignments, each a store call",
         first.len()
     );
-    // An honest Envoy reporting meanwhile is still assigned its share.
-    let mut honest = open(&sluice).await.unwrap();
-    honest.report("api", vec![usage(PARTNER, 1, 0, 0)]).await;
-    let mut got = HashMap::new();
-    while !got.contains_key("k1") {
-        got = honest.next().await;
-    }
-    assert!(got["k1"].contains("/10s"), "honest Envoy got {got:?}");
+    an_honest_envoy_gets_its_share(&sluice).await;
+
     tokio::time::sleep(Duration::from_secs(3)).await;
     let made = calls() - before;
     let seconds = started.elapsed().as_secs_f64();
@@ -98,6 +92,18 @@ async fn a_flood_of_buckets_costs_the_store_no_more_than_its_budgets() {
         deferred.is_some_and(|d| d > 0.0),
         "deferred calls are counted"
     );
+}
+
+/// An honest Envoy reporting meanwhile is still assigned its share.
+async fn an_honest_envoy_gets_its_share(sluice: &Sluice) {
+    // An honest Envoy reporting meanwhile is still assigned its share.
+    let mut honest = open(sluice).await.unwrap();
+    honest.report("api", vec![usage(PARTNER, 1, 0, 0)]).await;
+    let mut got = HashMap::new();
+    while !got.contains_key("k1") {
+        got = honest.next().await;
+    }
+    assert!(got["k1"].contains("/10s"), "honest Envoy got {got:?}");
 }
 
 /// Every bucket a stream holds costs memory and a little of each
