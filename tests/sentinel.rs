@@ -70,19 +70,26 @@ async fn a_failover_is_followed_and_counting_resumes_on_the_new_master() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    the_new_master_counts(&mut c, &replica).await;
+
+    eprintln!("{answered} requests answered while sluice followed the failover");
+}
+
+/// Counting goes on at the new master: a request may be answered from
+/// allowance it already counted (a lease), so ask until it counts more.
+async fn the_new_master_counts(
+    c: &mut envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<tonic::transport::Channel>,
+    replica: &RedisServer,
+) {
     // Counting goes on there: a request may be answered from allowance the
     // new master already counted (a lease), so ask until it counts more.
-    let now = count(&replica).unwrap_or(0);
+    let now = count(replica).unwrap_or(0);
     let mut more = 0;
-    while count(&replica).is_none_or(|n| n <= now) {
-        assert_eq!(
-            ask(&mut c, "shop", &[("ip", "1.2.3.4")]).await.overall_code,
-            OK
-        );
+    while count(replica).is_none_or(|n| n <= now) {
+        assert_eq!(ask(c, "shop", &[("ip", "1.2.3.4")]).await.overall_code, OK);
         more += 1;
         assert!(more <= 1000 / 8 + 1, "the new master stopped counting");
     }
-    eprintln!("{answered} requests answered while sluice followed the failover");
 }
 
 /// A Redis replicating `master`, its link up.
