@@ -50,7 +50,20 @@ fn main() {
         .get("/readyz")
         .1
         .contains("\"ready\"")));
-    let load = Command::new(common::sluice_bin())
+    let load = honest_load(&s, keys, rate, seconds);
+    let attack = attacker::Attacker::start(s.grpc, "soak", seconds);
+    println!(
+        "soak: {seconds}s at {rate} req/s over {keys} keys; reload every 30s; Redis restarted at 1/3 and 2/3\n"
+    );
+    let peak_rss = timeline(&s, &mut redis, seconds);
+    let out = load.wait_with_output().expect("bench result");
+    let tally = attack.stop();
+    report(&s, &String::from_utf8_lossy(&out.stdout), &tally, peak_rss);
+}
+
+/// The honest load: `sluice bench` at `rate` over `keys` keys.
+fn honest_load(s: &Sluice, keys: u64, rate: u64, seconds: u64) -> std::process::Child {
+    Command::new(common::sluice_bin())
         .args([
             "bench",
             "--target",
@@ -68,12 +81,14 @@ fn main() {
         ])
         .stdout(Stdio::piped())
         .spawn()
-        .expect("sluice bench");
-    let attack = attacker::Attacker::start(s.grpc, "soak", seconds);
+        .expect("sluice bench")
+}
+
+/// A reload every 30 s and Redis restarted at 1/3 and 2/3, with a row of
+/// RSS, descriptors, sockets, generation and store every 10 s; the peak
+/// RSS in KiB.
+fn timeline(s: &Sluice, redis: &mut RedisServer, seconds: u64) -> u64 {
     let mut peak_rss = 0u64;
-    println!(
-        "soak: {seconds}s at {rate} req/s over {keys} keys; reload every 30s; Redis restarted at 1/3 and 2/3\n"
-    );
     println!("| t (s) | RSS (MiB) | fds | sockets | config generation | store | event |");
     println!("|---|---|---|---|---|---|---|");
     let started = Instant::now();
@@ -116,11 +131,14 @@ fn main() {
         }
         std::thread::sleep(Duration::from_millis(500));
     }
-    let out = load.wait_with_output().expect("bench result");
-    let tally = attack.stop();
-    let report = String::from_utf8_lossy(&out.stdout);
+    peak_rss
+}
+
+/// What the honest load saw, what the attacker did, and what sluice
+/// counted.
+fn report(s: &Sluice, load: &str, tally: &attacker::Tally, peak_rss: u64) {
     let (_, metrics) = s.get("/metrics");
-    println!("\nhonest load: {}", report.trim());
+    println!("\nhonest load: {}", load.trim());
     println!(
         "attacker: {} poison requests ({} refused), {} no-read connections carrying {} streams, {} idle connections held at the end; peak RSS {:.1} MiB",
         tally.poison_sent.load(std::sync::atomic::Ordering::Relaxed),
