@@ -116,22 +116,42 @@ fn one(n: usize) -> Row {
     let keys = 100_000;
     let _ = bench(&s, keys, None, 1);
     let rps = bench(&s, keys, None, 4)["rps"].as_f64().unwrap_or(0.0);
+    let (quiet, during, reload_s) = reload_p99s(&s, &file, n, keys);
+    Row {
+        rules: n,
+        check_s,
+        check_mb: check_peak as f64 / 1e6,
+        ready_s,
+        rss_mb: rss as f64 / 1e6,
+        rps,
+        p99_ms: quiet / 1000.0,
+        reload_p99_ms: during / 1000.0,
+        reload_s,
+    }
+}
+
+/// The rules' generation `/readyz` reports.
+fn generation(admin: std::net::SocketAddr) -> u64 {
+    let (_, body) = common::http(admin, "GET", "/readyz", "");
+    serde_json::from_str::<serde_json::Value>(&body).unwrap_or_default()["config"]["generation"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+/// The p99 at 2,000 requests a second with no reload and while the whole
+/// set of `n` rules is rewritten and reloaded, each the median of three
+/// taken in turn, and the slowest reload to be seen (s).
+fn reload_p99s(s: &Sluice, file: &Path, n: usize, keys: usize) -> (f64, f64, f64) {
     // The same rate with no reload, then while the whole set is rewritten
     // and reloaded, three times in turn: each p99 is the median of its
     // three (one 4 s run on a shared 2-core host is noisy).
-    let admin = s.admin;
-    let generation = move || {
-        let (_, body) = common::http(admin, "GET", "/readyz", "");
-        serde_json::from_str::<serde_json::Value>(&body).unwrap_or_default()["config"]["generation"]
-            .as_u64()
-            .unwrap_or(0)
-    };
+    let generation = || generation(s.admin);
     // Both versions are generated before any measurement, so the writer
     // only writes while requests are timed.
     let versions = [customers(n, 1), customers(n, 0)];
     let reload = |version: &str| {
         let before = generation();
-        std::fs::write(&file, version).expect("rules");
+        std::fs::write(file, version).expect("rules");
         let written = Instant::now();
         common::eventually(Duration::from_secs(120), || generation() > before);
         written.elapsed().as_secs_f64()
@@ -139,6 +159,11 @@ fn one(n: usize) -> Row {
     // One reload untimed, to know how long a timed run must last.
     let secs = reload(&versions[0]).ceil() as u64 + 1;
     let settle = || std::thread::sleep(Duration::from_secs(1));
+    let timed = || {
+        bench(s, keys, Some(2_000), secs.max(4))["p99_us"]
+            .as_f64()
+            .unwrap_or(0.0)
+    };
     let (mut quiet, mut during, mut reload_s) = (Vec::new(), Vec::new(), 0.0f64);
     // A quiet run asks `/readyz` as a reload run does while it waits for
     // the new rules (every 20 ms, for as long as the last reload took), so
@@ -155,9 +180,7 @@ fn one(n: usize) -> Row {
                     Instant::now() >= until
                 });
             });
-            bench(&s, keys, Some(2_000), secs.max(4))["p99_us"]
-                .as_f64()
-                .unwrap_or(0.0)
+            timed()
         });
         quiet.push(p99);
         let seen = std::thread::scope(|scope| {
@@ -165,28 +188,14 @@ fn one(n: usize) -> Row {
                 std::thread::sleep(Duration::from_millis(500));
                 reload(version)
             });
-            during.push(
-                bench(&s, keys, Some(2_000), secs.max(4))["p99_us"]
-                    .as_f64()
-                    .unwrap_or(0.0),
-            );
+            during.push(timed());
             writer.join().expect("writer")
         });
         reload_s = reload_s.max(seen);
         last_seen = seen;
     }
     let (quiet, during) = (median(&mut quiet), median(&mut during));
-    Row {
-        rules: n,
-        check_s,
-        check_mb: check_peak as f64 / 1e6,
-        ready_s,
-        rss_mb: rss as f64 / 1e6,
-        rps,
-        p99_ms: quiet / 1000.0,
-        reload_p99_ms: during / 1000.0,
-        reload_s,
-    }
+    (quiet, during, reload_s)
 }
 
 fn median(v: &mut [f64]) -> f64 {

@@ -244,8 +244,40 @@ fn main() {
     println!(
         "volume: {seconds}s, honest {rate}/s on a limit of {limit}/min across two instances, beside the attackers\n"
     );
+    let floods = attack(&rt, [&a, &b], seconds, body.path(), &stop);
+    // The honest client on a runtime of its own, so the attackers' writes
+    // in this process never delay it: what it sees late, sluice made late.
+    let honest_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let load = honest_rt.spawn(honest([a.grpc, b.grpc], rate, seconds, h.clone()));
+    let (peak_rss, peak_fds) = sample(&a, &b, seconds);
+    let _ = honest_rt.block_on(load);
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Relaxed);
+    for mut f in floods {
+        let _ = f.kill();
+        let _ = f.wait();
+    }
+    report(&a, &b, &h, limit, peak_rss, peak_fds);
+    rt.shutdown_timeout(Duration::from_secs(2));
+    honest_rt.shutdown_timeout(Duration::from_secs(2));
+}
+
+/// The attackers on `rt`, against each instance: silent connections on
+/// both ports, slow bodies, silent quota streams, and an h2load flood (the
+/// floods returned).
+fn attack(
+    rt: &tokio::runtime::Runtime,
+    instances: [&Sluice; 2],
+    seconds: u64,
+    body: &std::path::Path,
+    stop: &Arc<AtomicBool>,
+) -> Vec<Child> {
     let mut floods = Vec::new();
-    for s in [&a, &b] {
+    for s in instances {
         // This process's descriptors (ulimit -n, often 1024) bound how many
         // it can hold: it reopens what sluice closes, so sluice sees a
         // stream of new silent connections, not one batch.
@@ -255,23 +287,21 @@ fn main() {
             rt.spawn(slow_bodies(s.grpc, 1000, stop.clone()));
         }
         rt.spawn(silent_quota(s.grpc, 1024, stop.clone()));
-        floods.push(h2load(s.grpc, seconds, body.path()));
+        floods.push(h2load(s.grpc, seconds, body));
     }
-    // The honest client on a runtime of its own, so the attackers' writes
-    // in this process never delay it: what it sees late, sluice made late.
-    let honest_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let load = honest_rt.spawn(honest([a.grpc, b.grpc], rate, seconds, h.clone()));
+    floods
+}
+
+/// A row of both instances' RSS, descriptors, trips, sheds and evictions
+/// every 10 s; the peak RSS (KiB) and descriptors.
+fn sample(a: &Sluice, b: &Sluice, seconds: u64) -> (u64, usize) {
     println!("| t (s) | RSS a / b (MiB) | fds a / b | trips a / b | shed a / b | evicted a / b |");
     println!("|---|---|---|---|---|---|");
     let (mut peak_rss, mut peak_fds) = (0u64, 0usize);
     let started = Instant::now();
     while started.elapsed().as_secs() < seconds {
         std::thread::sleep(Duration::from_secs(10));
-        let m: Vec<String> = [&a, &b].iter().map(|s| s.get("/metrics").1).collect();
+        let m: Vec<String> = [a, b].iter().map(|s| s.get("/metrics").1).collect();
         let get = |i: usize, name: &str| metric(&m[i], name).unwrap_or(0.0);
         let rss = [rss_kib(a.pid()), rss_kib(b.pid())];
         let fd = [fds(a.pid()).0, fds(b.pid()).0];
@@ -294,16 +324,7 @@ fn main() {
             get(1, evicted),
         );
     }
-    let _ = honest_rt.block_on(load);
-    std::thread::sleep(Duration::from_millis(500));
-    stop.store(true, Relaxed);
-    for mut f in floods {
-        let _ = f.kill();
-        let _ = f.wait();
-    }
-    report(&a, &b, &h, limit, peak_rss, peak_fds);
-    rt.shutdown_timeout(Duration::from_secs(2));
-    honest_rt.shutdown_timeout(Duration::from_secs(2));
+    (peak_rss, peak_fds)
 }
 
 fn report(a: &Sluice, b: &Sluice, h: &Honest, limit: u64, peak_rss: u64, peak_fds: usize) {
