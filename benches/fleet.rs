@@ -106,22 +106,7 @@ fn main() {
     let buckets = env_or("FLEET_BUCKETS", 10) as usize;
     let seconds = env_or("FLEET_SECONDS", 60);
     let redis = RedisServer::start();
-    let url = redis.url();
-    let sluice = Sluice::start(
-        &[("api.yaml", RULES)],
-        &[
-            "--redis-url",
-            &url,
-            "--redis-timeout",
-            "200ms",
-            "--quota-max-streams",
-            "2048",
-        ],
-    );
-    assert!(eventually(
-        Duration::from_secs(10),
-        || sluice.readyz()["status"] == "ready"
-    ));
+    let sluice = start_sluice(&redis);
     let pid = sluice.pid();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let seen = Arc::new(Seen::default());
@@ -130,23 +115,7 @@ fn main() {
     let start = Instant::now();
     let until = start + warm + Duration::from_secs(seconds);
     runtime.block_on(async {
-        let channels: Vec<_> = (0..PEERS)
-            .map(|p| {
-                tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))
-                    .expect("endpoint")
-                    .local_address(Some(IpAddr::from([127, 0, 1, 10 + p as u8])))
-                    .connect_lazy()
-            })
-            .collect();
-        for i in 0..envoys {
-            let c = RateLimitQuotaServiceClient::new(channels[i % PEERS].clone());
-            // Reports spread over the interval, as a fleet's are.
-            let phase = REPORT * (i as u32) / (envoys as u32);
-            // Demands differ, as in a real fleet (5 to 44 requests in 5 s), so
-            // every split sorts a thousand different claims.
-            let requests = 5 + (i as u64 * 7) % 40;
-            tokio::spawn(envoy(c, buckets, requests, phase, until, seen.clone()));
-        }
+        start_fleet(grpc, envoys, buckets, until, &seen);
         tokio::time::sleep(warm).await;
     });
     let (cpu0, calls0, reports0) = (
@@ -186,6 +155,49 @@ fn main() {
         rss_kib(pid) / 1024,
         fds(pid).0,
     );
+}
+
+/// `envoys` RLQS streams over the peers' channels, their reports spread over
+/// the interval and their demands differing, until `until`.
+fn start_fleet(grpc: SocketAddr, envoys: usize, buckets: usize, until: Instant, seen: &Arc<Seen>) {
+    let channels: Vec<_> = (0..PEERS)
+        .map(|p| {
+            tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))
+                .expect("endpoint")
+                .local_address(Some(IpAddr::from([127, 0, 1, 10 + p as u8])))
+                .connect_lazy()
+        })
+        .collect();
+    for i in 0..envoys {
+        let c = RateLimitQuotaServiceClient::new(channels[i % PEERS].clone());
+        // Reports spread over the interval, as a fleet's are.
+        let phase = REPORT * (i as u32) / (envoys as u32);
+        // Demands differ, as in a real fleet (5 to 44 requests in 5 s), so
+        // every split sorts a thousand different claims.
+        let requests = 5 + (i as u64 * 7) % 40;
+        tokio::spawn(envoy(c, buckets, requests, phase, until, seen.clone()));
+    }
+}
+
+/// One sluice on `redis`, ready, with room for the fleet's streams.
+fn start_sluice(redis: &RedisServer) -> Sluice {
+    let url = redis.url();
+    let sluice = Sluice::start(
+        &[("api.yaml", RULES)],
+        &[
+            "--redis-url",
+            &url,
+            "--redis-timeout",
+            "200ms",
+            "--quota-max-streams",
+            "2048",
+        ],
+    );
+    assert!(eventually(
+        Duration::from_secs(10),
+        || sluice.readyz()["status"] == "ready"
+    ));
+    sluice
 }
 
 /// Every command Redis has run, from `INFO commandstats`.
