@@ -3,8 +3,11 @@
 //! `sluice-core`); inside the two biggest, `sluice-server` and `sluice`, no
 //! two top-level modules may import each other, directly or around a loop. Doc comments and unit tests are not imports, and are not
 //! read. Unit tests follow one convention (see
-//! [`every_unit_test_module_follows_the_one_convention`]). See
-//! docs/src/design/code-map.md.
+//! [`every_unit_test_module_follows_the_one_convention`]), and files and
+//! functions stay small (`sizes`). See docs/src/design/code-map.md.
+
+#[path = "house/sizes.rs"]
+mod sizes;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
