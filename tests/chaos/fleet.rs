@@ -49,6 +49,10 @@ pub const BUCKET: &str = "k";
 /// Four clients contend for its two slots, on one counter.
 pub const CONCURRENCY: (&str, u32) = ("conc", 2);
 
+/// The concurrency rule's `lease`: a slot not given back returns after it,
+/// counted from when the store took it.
+pub const SLOT_LEASE_MS: u64 = 3_000;
+
 /// The limit `a` takes on a reload, and back.
 pub const RELOADED: u32 = 8;
 
@@ -80,9 +84,9 @@ pub fn rules_text(a_limit: u32, backend: Backend) -> String {
         }
     }
     if backend.slots() {
-        let (key, max) = CONCURRENCY;
+        let ((key, max), lease) = (CONCURRENCY, SLOT_LEASE_MS / 1000);
         s.push_str(&format!(
-            "  - key: {key}\n    descriptors:\n      - key: slot\n        rate_limit: {{algorithm: concurrency, max_in_flight: {max}, lease: 3s}}\n"
+            "  - key: {key}\n    descriptors:\n      - key: slot\n        rate_limit: {{algorithm: concurrency, max_in_flight: {max}, lease: {lease}s}}\n"
         ));
     }
     // The request flood's counter: a limit no flood reaches, so every

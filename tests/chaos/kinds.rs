@@ -6,10 +6,12 @@
 //! - **Slots in flight stay within `max_in_flight`** (concurrency rules, "at
 //!   most `max_in_flight` requests in flight"): at no moment of a healthy
 //!   span do more slots hold than the limit, a slot held certainly from its
-//!   take's answer until its release was sent.
+//!   take's answer until its release was sent or its lease ended ("a slot
+//!   not given back returns after `lease`", counted from the take the store
+//!   ran, so no later than `lease` after the take was sent).
 
 use super::checker::{Report, active, tally, touched};
-use super::fleet::{CONCURRENCY, SHADOW};
+use super::fleet::{CONCURRENCY, SHADOW, SLOT_LEASE_MS};
 use super::history::{Answer, History, Op};
 
 pub const SHADOW_NEVER_REFUSES: &str = "shadow rule never refuses";
@@ -49,7 +51,8 @@ fn never_refused(h: &History, r: &mut Report, promise: &'static str, of: impl Fn
 }
 
 /// Sweeps the slots' certain holds (take answered admitted, until its
-/// release was sent), and at each take's answer counts those held.
+/// release was sent or its lease ended), and at each take's answer counts
+/// those held.
 fn in_flight(h: &History, r: &mut Report) {
     let (rule, max) = CONCURRENCY;
     let releases: std::collections::HashMap<(u64, &str), u64> = h
@@ -64,8 +67,11 @@ fn in_flight(h: &History, r: &mut Report) {
         .iter()
         .filter(|o| o.rule == rule && !o.refund && o.answer == Answer::Ok)
         .filter_map(|o| {
-            let until = releases.get(&(o.slot, o.value.as_str()))?;
-            (*until > o.answered).then_some((o.value.as_str(), o.answered, *until))
+            // A take answered after its lease ran out (its instance stopped
+            // with the answer in hand) holds nothing the store still keeps.
+            let release = releases.get(&(o.slot, o.value.as_str()))?;
+            let until = (*release).min(o.sent + SLOT_LEASE_MS);
+            (until > o.answered).then_some((o.value.as_str(), o.answered, until))
         })
         .collect();
     holds.sort_by_key(|(_, from, _)| *from);
@@ -90,5 +96,54 @@ fn in_flight(h: &History, r: &mut Report) {
                 h.seed
             ));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(slot: u64, refund: bool, sent: u64, answered: u64) -> Op {
+        Op {
+            instance: 0,
+            rule: CONCURRENCY.0,
+            value: "v0".into(),
+            hits: 1,
+            refund,
+            slot,
+            sent,
+            answered,
+            answer: Answer::Ok,
+        }
+    }
+
+    fn violations(ops: Vec<Op>) -> usize {
+        let h = History {
+            ops,
+            ..History::default()
+        };
+        let mut r = Report::default();
+        in_flight(&h, &mut r);
+        r.violations.len()
+    }
+
+    /// Seed 7's 30-minute run: two takes sent just before their instance
+    /// was stopped 3 s were run by the store then and answered after; their
+    /// leases had ended when a third was admitted.
+    #[test]
+    fn a_slot_is_held_until_its_release_or_its_lease_ends() {
+        let third = |at: u64| slot(3, false, at - 3, at);
+        let held = |at: u64| {
+            vec![
+                slot(1, false, 10_000, at - 28),
+                slot(2, false, 10_006, at - 25),
+                third(at),
+                slot(1, true, at + 19, at + 22),
+                slot(2, true, at + 21, at + 24),
+                slot(3, true, at + 51, at + 53),
+            ]
+        };
+        assert_eq!(violations(held(13_009)), 0, "both leases ended");
+        assert_eq!(violations(held(12_000)), 1, "both leases running");
     }
 }

@@ -108,13 +108,16 @@ impl Op {
             ),
         };
         let demand = inc.usage_counts_refused && inc.algorithm.refill().is_some();
-        let (p2, slot) = match (inc.take, inc.algorithm) {
-            (Some(t), Algorithm::FixedWindow) => {
-                (t.until_us, Some(t.own.to_string().into_boxed_str()))
-            }
-            _ => (p2, inc.slot.clone()),
+        // Only a fixed window's take carries the flag: a concurrency slot
+        // also has a slot argument and a second number (its lease).
+        let (p2, slot, take) = match (inc.take, inc.algorithm) {
+            (Some(t), Algorithm::FixedWindow) => (
+                t.until_us,
+                Some(t.own.to_string().into_boxed_str()),
+                if t.until_us > 0 { TAKE } else { 0 },
+            ),
+            _ => (p2, inc.slot.clone(), 0),
         };
-        let take = if slot.is_some() && p2 > 0 { TAKE } else { 0 };
         Op {
             keys,
             slot,

@@ -86,3 +86,26 @@ fn a_late_take_is_answered_as_late() {
         })]
     );
 }
+
+/// Only a fixed window's take carries the take flag: a concurrency slot has
+/// a slot argument and a lease too, and is sent as a slot.
+#[test]
+fn a_slot_is_sent_as_a_slot_and_a_take_as_a_take() {
+    let now = crate::limiter::Now(1_000);
+    let slot = Increment {
+        algorithm: Algorithm::Concurrency,
+        slot: Some("s1".into()),
+        ..Increment::test_hit("c", 2, 1_000_000_000)
+    };
+    let op = Op::new(&slot, vec!["k".into(), "u".into()], now);
+    assert_eq!(op.args[0], u64::from(Algorithm::Concurrency.tag()));
+    let take = Increment {
+        take: Some(crate::Take {
+            own: 1,
+            until_us: 1_000_000_100,
+        }),
+        ..Increment::test_hit("c", 2, 1_000_000_000)
+    };
+    let op = Op::new(&take, vec!["k".into()], now);
+    assert_eq!(op.args[0], u64::from(Algorithm::FixedWindow.tag()) + TAKE);
+}
