@@ -77,10 +77,7 @@ async fn a_failover_is_followed_and_counting_resumes_on_the_new_master() {
 
 /// Counting goes on at the new master: a request may be answered from
 /// allowance it already counted (a lease), so ask until it counts more.
-async fn the_new_master_counts(
-    c: &mut envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<tonic::transport::Channel>,
-    replica: &RedisServer,
-) {
+async fn the_new_master_counts(c: &mut Client, replica: &RedisServer) {
     // Counting goes on there: a request may be answered from allowance the
     // new master already counted (a lease), so ask until it counts more.
     let now = count(replica).unwrap_or(0);

@@ -33,11 +33,7 @@ struct Seen {
     decided: usize,
 }
 
-async fn ask_fresh(
-    c: &mut envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<tonic::transport::Channel>,
-    i: usize,
-    seen: &mut Seen,
-) {
+async fn ask_fresh(c: &mut Client, i: usize, seen: &mut Seen) {
     let key = format!("fresh-{i}");
     let mut req = tonic::Request::new(request("shop", vec![descriptor(&[("ip", &key)])]));
     // Envoy's deadline, generous: the stalls must not be what answers.
@@ -127,7 +123,7 @@ async fn a_hung_redis_is_found_out_while_sluice_is_starved_of_cpu() {
 async fn back_after_a_restart(
     s: &Sluice,
     redis: &RedisServer,
-    c: &mut envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<tonic::transport::Channel>,
+    c: &mut Client,
     i: &mut usize,
     seen: &mut Seen,
 ) {

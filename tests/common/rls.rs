@@ -2,6 +2,9 @@
 
 use super::*;
 
+/// A gRPC client of sluice's rate-limit service, as a test holds one.
+pub type Client = RateLimitServiceClient<Channel>;
+
 pub fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
     RateLimitDescriptor {
         entries: entries
