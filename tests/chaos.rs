@@ -33,6 +33,8 @@ mod logs;
 mod nemesis;
 #[path = "chaos/proxy.rs"]
 mod proxy;
+#[path = "chaos/pulse.rs"]
+mod pulse;
 #[path = "chaos/refusals.rs"]
 mod refusals;
 #[path = "chaos/store.rs"]
@@ -93,24 +95,11 @@ fn run(
         seed,
         until,
     ));
-    let observer = {
-        let (fleet, history) = (fleet.clone(), history.clone());
-        std::thread::spawn(move || workload::observe(&fleet, &history, until))
-    };
-    let operator = {
-        let (fleet, history) = (fleet.clone(), history.clone());
-        std::thread::spawn(move || workload::operate(&fleet, &history, seed, until))
-    };
-    let reader = extra.contains(&"envoyproxy").then(|| {
-        let (fleet, history) = (fleet.clone(), history.clone());
-        std::thread::spawn(move || workload::read_reference(&fleet, &history, until))
-    });
+    let watchers = watch(&fleet, &history, seed, until, extra);
     nemesis::run(&fleet, &plan, start, &history);
     let _ = rt.block_on(clients);
-    let _ = observer.join();
-    let _ = operator.join();
-    if let Some(reader) = reader {
-        let _ = reader.join();
+    for w in watchers {
+        let _ = w.join();
     }
     let h = history.lock().expect("history");
     keep(&h, &fleet, seed);
@@ -126,10 +115,41 @@ fn run(
     report
 }
 
+/// The threads beside the clients: the observer of `/readyz` and trips,
+/// the operator's resets and lookups, the store's pulse and (with the
+/// reference's key format) the reader of its counters.
+fn watch(
+    fleet: &Arc<fleet::Fleet>,
+    history: &history::Shared,
+    seed: u64,
+    until: u64,
+    extra: &[&str],
+) -> Vec<std::thread::JoinHandle<()>> {
+    let mut out = Vec::new();
+    let (f, h) = (fleet.clone(), history.clone());
+    out.push(std::thread::spawn(move || workload::observe(&f, &h, until)));
+    let (f, h) = (fleet.clone(), history.clone());
+    out.push(std::thread::spawn(move || {
+        workload::operate(&f, &h, seed, until)
+    }));
+    let (backend, port) = (fleet.backend, fleet.store.lock().expect("store").port());
+    let h = history.clone();
+    out.push(std::thread::spawn(move || {
+        pulse::pulse(backend, port, &h, until)
+    }));
+    if extra.contains(&"envoyproxy") {
+        let (f, h) = (fleet.clone(), history.clone());
+        out.push(std::thread::spawn(move || {
+            workload::read_reference(&f, &h, until)
+        }));
+    }
+    out
+}
+
 /// What a run did, in a line (and the Sentinel's masters).
 fn summarise(h: &History, seed: u64, backend: Backend, kinds: usize) {
     eprintln!(
-        "seed {seed} on {}: {} operations, {} faults ({} kinds), {} resets ({} answered), {} lookups ({} answered)",
+        "seed {seed} on {}: {} operations, {} faults ({} kinds), {} resets ({} answered), {} lookups ({} answered), {} store stalls",
         backend.name(),
         h.ops.len(),
         h.faults.len(),
@@ -137,7 +157,8 @@ fn summarise(h: &History, seed: u64, backend: Backend, kinds: usize) {
         h.resets.len(),
         h.resets.iter().filter(|r| r.status == 200).count(),
         h.lookups.0,
-        h.lookups.1
+        h.lookups.1,
+        h.stalls.len()
     );
     if backend == Backend::Sentinel {
         eprintln!(
@@ -229,5 +250,8 @@ fn chaos() {
         r.ops,
         table(&r)
     );
+    for t in &r.stalled_trips {
+        println!("the store's own stall, not a violation: {t}");
+    }
     assert!(r.violations.is_empty(), "{}", r.violations.join("\n"));
 }

@@ -7,6 +7,10 @@
 //! reload, a clock step, a slot migration or the xDS server gone, with the
 //! store healthy, never hands a request to the failure policy.
 //!
+//! A trip within [`FOLLOW_MS`] of the store silent on its own (its pulse
+//! unanswered for [`STALL_MS`], sluice's `QUIET`, see `pulse.rs`) is the
+//! store's fault as sluice defines it: reported apart, not a violation.
+//!
 //! Checked per instance, once for each fault span the store was healthy in
 //! and once for each quiet span between faults: a `degraded` span that
 //! began inside it, and near no fault that excuses it, is a violation.
@@ -16,6 +20,7 @@
 
 use super::checker::{Report, overlaps};
 use super::history::{Fault, History};
+use super::pulse::STALL_MS;
 
 pub const BREAKER: &str = "breaker trips only on a store at fault";
 
@@ -28,10 +33,21 @@ pub fn check(h: &History, instances: usize, r: &mut Report) {
     let mut faults: Vec<&Fault> = h.faults.iter().collect();
     faults.sort_by_key(|f| f.start);
     for i in 0..instances {
-        let tripped: Vec<(u64, u64, &str)> = evidence(h, i)
+        let mut tripped: Vec<(u64, u64, &str)> = evidence(h, i)
             .into_iter()
             .filter(|e| !excused(h, i, (e.0, e.1)))
             .collect();
+        tripped.retain(|&(from, to, what)| match stall(h, (from, to)) {
+            Some((start, end)) => {
+                r.stalled_trips.push(format!(
+                    "seed {}: instance {i} {what} between {from} and {to}; the store's pulse went unanswered {} ms from {start}",
+                    h.seed,
+                    end - start
+                ));
+                false
+            }
+            None => true,
+        });
         for (kind, span) in units(h, &faults, i) {
             let found: Vec<_> = tripped
                 .iter()
@@ -69,6 +85,14 @@ fn excused(h: &History, i: usize, span: (u64, u64)) -> bool {
         .any(|f| out_of_reach(f, i) && overlaps((f.start, f.end + FOLLOW_MS), span))
 }
 
+/// A stall of the store's own pulse near `span`, if one came.
+fn stall(h: &History, span: (u64, u64)) -> Option<(u64, u64)> {
+    h.stalls
+        .iter()
+        .copied()
+        .find(|&(start, end)| end - start >= STALL_MS && overlaps((start, end + FOLLOW_MS), span))
+}
+
 /// Whether `f` puts the store out of instance `i`'s reach (a fault of the
 /// store, or of that instance's link), or stops or restarts the instance.
 fn out_of_reach(f: &Fault, i: usize) -> bool {
@@ -97,4 +121,56 @@ fn units(h: &History, faults: &[&Fault], i: usize) -> Vec<(String, (u64, u64))> 
         out.push(("none".to_owned(), (quiet_from, end)));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::checker::Report;
+    use super::super::history::{Answer, History, Op, Trip};
+
+    fn run(stalls: Vec<(u64, u64)>) -> Report {
+        let op = |at: u64| Op {
+            instance: 0,
+            rule: "r",
+            value: "v".into(),
+            hits: 1,
+            refund: false,
+            slot: 0,
+            sent: at,
+            answered: at + 1,
+            answer: Answer::Ok,
+        };
+        let h = History {
+            ops: vec![op(1_000), op(9_000)],
+            trips: vec![Trip {
+                instance: 0,
+                after: 5_000,
+                by: 5_100,
+            }],
+            stalls,
+            ..History::default()
+        };
+        let mut r = Report::default();
+        super::check(&h, 1, &mut r);
+        r
+    }
+
+    /// The 30-minute run at b9eef17: a trip under a request flood, no
+    /// fault applied to the store. With the store's pulse steady it is a
+    /// violation; with the store silent a stall's length near it, it is
+    /// the store's own fault, reported apart.
+    #[test]
+    fn a_trip_is_the_stores_fault_only_when_its_pulse_stalled() {
+        let r = run(vec![]);
+        assert_eq!((r.violations.len(), r.stalled_trips.len()), (1, 0));
+        let r = run(vec![(4_900, 4_990)]);
+        assert_eq!(r.violations.len(), 1, "a stall shorter than QUIET");
+        let r = run(vec![(4_880, 4_990)]);
+        assert_eq!((r.violations.len(), r.stalled_trips.len()), (0, 1));
+        assert!(
+            r.stalled_trips[0].contains("unanswered 110 ms"),
+            "{:?}",
+            r.stalled_trips
+        );
+    }
 }

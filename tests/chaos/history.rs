@@ -113,6 +113,8 @@ pub struct History {
     pub faults: Vec<Fault>,
     pub degraded: Vec<Degraded>,
     pub trips: Vec<Trip>,
+    /// When the store's pulse (`pulse.rs`) went unanswered for a stall.
+    pub stalls: Vec<(u64, u64)>,
     pub changes: Vec<LimitChange>,
     pub resets: Vec<Reset>,
     /// On Cluster, the slots the nemesis moved between masters.
@@ -140,6 +142,10 @@ impl History {
         }
         for t in &self.trips {
             let line = json!({"trip": t.instance, "after": t.after, "by": t.by});
+            out.push_str(&format!("{line}\n"));
+        }
+        for (start, end) in &self.stalls {
+            let line = json!({"stall": start, "end": end});
             out.push_str(&format!("{line}\n"));
         }
         for c in &self.changes {

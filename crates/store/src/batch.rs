@@ -89,15 +89,21 @@ impl Sends {
     /// Whether the store is silent: some call has been unanswered for at
     /// least `wait`, and no call was answered in that time either.
     pub(super) fn stalled(&self, wait: Duration) -> bool {
+        self.silence().is_some_and(|s| s >= wait)
+    }
+
+    /// How long the store has been silent with a call out: the oldest
+    /// call's age, or the time since the last answer if that is shorter
+    /// (an answer since a call was sent means the store is answering);
+    /// `None` with no call out.
+    pub(super) fn silence(&self) -> Option<Duration> {
         let now = self.now_ms();
-        let wait = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
-        // An answer since a call was sent means the store is answering:
-        // silence counts from the later of the two.
         let answered = self.answered_at.load(Relaxed).saturating_sub(1);
-        self.slots.iter().any(|s| {
+        let silent = self.slots.iter().filter_map(|s| {
             let at = s.load(Relaxed);
-            at != 0 && now.saturating_sub((at - 1).max(answered)) >= wait
-        })
+            (at != 0).then(|| now.saturating_sub((at - 1).max(answered)))
+        });
+        silent.max().map(Duration::from_millis)
     }
 }
 
@@ -120,6 +126,11 @@ impl Batcher {
     /// Whether a script call has gone unanswered for at least `wait`.
     pub(super) fn stalled(&self, wait: Duration) -> bool {
         self.sends.stalled(wait)
+    }
+
+    /// How long Redis has been silent with a script call out.
+    pub(super) fn silence(&self) -> Option<Duration> {
+        self.sends.silence()
     }
 
     /// Whether Redis answered some script call in the last `within`.

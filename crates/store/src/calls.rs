@@ -94,8 +94,14 @@ impl Calls {
     /// Whether the store is silent: some call has been unanswered for at
     /// least `wait`, and no call was answered in that time either.
     pub(crate) fn stalled(&self, wait: Duration) -> bool {
+        self.silence().is_some_and(|s| s >= wait)
+    }
+
+    /// How long the store has been silent with a call out or given up on
+    /// unanswered: since the earliest such call, or since the last answer
+    /// if that is later; `None` when nothing is owed.
+    pub(crate) fn silence(&self) -> Option<Duration> {
         let now = self.now();
-        let wait = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
         let answered = self.answered_at.load(Relaxed);
         let mut oldest = self.abandoned.load(Relaxed);
         if self.in_flight.load(Relaxed) > 0 {
@@ -104,7 +110,7 @@ impl Calls {
             let sent = if sent == 0 { answered.max(1) } else { sent };
             oldest = if oldest == 0 { sent } else { oldest.min(sent) };
         }
-        oldest != 0 && now.saturating_sub(oldest.max(answered)) >= wait
+        (oldest != 0).then(|| Duration::from_millis(now.saturating_sub(oldest.max(answered))))
     }
 }
 

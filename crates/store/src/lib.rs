@@ -53,7 +53,7 @@ pub use memory::{DEFAULT_MAX_COUNTERS, MemoryStore};
 pub(crate) use observe::Unobserved;
 pub use observe::{StoreCall, StoreObserver};
 pub use policy::{FailurePolicy, shed};
-pub use resilient::{Primary, Resilient, ResilientOptions};
+pub use resilient::{Hearing, Primary, Resilient, ResilientOptions};
 
 use crate::limiter::{Algorithm, Tally, Window};
 

@@ -32,7 +32,7 @@ use conn::{Conn, Manager};
 use super::calls::Calls;
 use super::pool::Pooled;
 use super::script::EXPIRY_SLACK_SECONDS;
-use super::{BoxFuture, Increment, StoreError};
+use super::{BoxFuture, Hearing, Increment, StoreError};
 use crate::limiter::{Algorithm, Refill, Tally};
 
 /// Where memcached is.
@@ -278,6 +278,13 @@ impl super::Primary for MemcacheStore {
 
     fn stalled(&self, at_least: Duration, workers_late: Duration) -> Option<bool> {
         self.calls.heard(at_least, workers_late)
+    }
+
+    fn hearing(&self, workers_late: Duration) -> Option<Hearing> {
+        Some(Hearing {
+            silent: self.calls.silence(),
+            reader_late: workers_late,
+        })
     }
 
     fn answered_within(&self, within: Duration) -> bool {

@@ -37,7 +37,7 @@ use super::pool::{self, Manager, Pooled, classify};
 pub use super::script::EXPIRY_SLACK_SECONDS;
 use super::script::{SCRIPT, decode};
 pub use super::sentinel::Sentinel;
-use super::{Increment, StoreError};
+use super::{Hearing, Increment, StoreError};
 use crate::limiter::Tally;
 
 /// Settings of the Redis store.
@@ -336,6 +336,18 @@ impl super::Primary for RedisStore {
             Some(Live::Cluster(_)) => self.cluster_calls.heard(at_least, late),
             None => None,
         }
+    }
+
+    fn hearing(&self, workers_late: Duration) -> Option<Hearing> {
+        let reader_late = self.io.as_ref().map_or(workers_late, IoThread::late_now);
+        let silent = match self.live.load().as_deref()? {
+            Live::Single(batcher, _) => batcher.silence(),
+            Live::Cluster(_) => self.cluster_calls.silence(),
+        };
+        Some(Hearing {
+            silent,
+            reader_late,
+        })
     }
 
     fn answered_within(&self, within: Duration) -> bool {

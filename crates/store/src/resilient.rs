@@ -23,7 +23,7 @@ mod primary;
 mod recovery;
 mod reset;
 
-pub use primary::Primary;
+pub use primary::{Hearing, Primary};
 
 use blame::{Blame, Silence};
 
@@ -194,28 +194,6 @@ impl Resilient {
         let _ = tokio::time::timeout(self.wait(deadline), notified).await;
     }
 
-    /// Whose a wait that ran out was ([`blame`]): the store's when it is
-    /// silent on a clock that runs on time (a call unanswered for half the
-    /// wait, at least [`QUIET`], and no other answered meanwhile), or when
-    /// it has answered nothing for too long; sluice's own otherwise (a
-    /// store that answers late, starved of CPU on a loaded host, is slow,
-    /// not down). A store that cannot tell is judged by how late the
-    /// workers run. A store heard answering within that time is not
-    /// silent, so the silence bound does not run against it.
-    fn blame(&self, wait: Duration) -> Blame {
-        let late = self.lag.late_now();
-        let at_least = (wait / 2).max(QUIET);
-        let own = match self.primary.stalled(at_least, late) {
-            Some(stalled) => !stalled,
-            None => late * 2 >= wait,
-        };
-        // Heard answering, if only requests that had given up: not silent
-        // (a flood can leave every wait running out on a store that
-        // answers them all, late).
-        self.silence
-            .ran_out(own, |within| self.primary.answered_within(within))
-    }
-
     /// One call to the primary under the breaker and the timeout, its
     /// outcome recorded; `Err` says who decides instead.
     async fn under_breaker<T>(
@@ -284,9 +262,7 @@ impl Resilient {
                 };
                 self.observer.store_call(kind, took);
                 let reason = match e {
-                    StoreError::Timeout => {
-                        format!("no answer within {} ms", self.timeout.as_millis())
-                    }
+                    StoreError::Timeout => self.timeout_reason(),
                     e => e.to_string(),
                 };
                 self.fault(reason);

@@ -11,31 +11,29 @@ use crate::limiter::{Unit, Window};
 
 /// How the fake answers an increment.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub(super) enum Mode {
     Count,
     /// Fewer counts than increments, as a broken proxy would answer.
     Short,
-    /// Probes pass, increments fail: a Redis that answers PING (or the
-    /// probe) but refuses scripts.
+    /// Probes pass, increments fail: a Redis that refuses scripts.
     FailRequests,
     /// Never answers.
     Hang,
-    /// Counts at once, but answers a call with a take (hits over 1) 5 ms
-    /// later: a take counted before a plain request, answered after it.
+    /// Counts at once, answers a take (hits over 1) 5 ms later.
     SlowTakes,
 }
 
-struct Fake {
-    mode: StdMutex<Mode>,
+pub(super) struct Fake {
+    pub(super) mode: StdMutex<Mode>,
     counts: StdMutex<std::collections::HashMap<String, u64>>,
     probes: AtomicUsize,
     calls: AtomicUsize,
     /// What the fake says when asked whether a call of its is stalled.
-    stalled: StdMutex<Option<bool>>,
+    pub(super) stalled: StdMutex<Option<bool>>,
 }
 
 impl Fake {
-    fn new(mode: Mode) -> Arc<Fake> {
+    pub(super) fn new(mode: Mode) -> Arc<Fake> {
         Arc::new(Fake {
             mode: StdMutex::new(mode),
             counts: StdMutex::default(),
@@ -96,12 +94,21 @@ impl Primary for Arc<Fake> {
         *self.stalled.lock().unwrap()
     }
 
+    fn hearing(&self, _: Duration) -> Option<Hearing> {
+        let ms = |ms| Duration::from_millis(ms);
+        let silent = self.stalled.lock().unwrap().map(|s| ms(140 * u64::from(s)));
+        Some(Hearing {
+            silent,
+            reader_late: ms(3),
+        })
+    }
+
     fn describe(&self) -> String {
         "fake".into()
     }
 }
 
-fn inc(v: &str) -> Increment {
+pub(super) fn inc(v: &str) -> Increment {
     Increment {
         key: CounterKey::new("d", Unit::Hour, [("k", v)]),
         hits: 1,
@@ -120,7 +127,7 @@ fn inc(v: &str) -> Increment {
     }
 }
 
-fn net(fake: &Arc<Fake>, policy: FailurePolicy) -> Arc<Resilient> {
+pub(super) fn net(fake: &Arc<Fake>, policy: FailurePolicy) -> Arc<Resilient> {
     net_with(fake, policy, 0)
 }
 
@@ -140,7 +147,7 @@ fn net_with(fake: &Arc<Fake>, policy: FailurePolicy, cache_size: usize) -> Arc<R
 }
 
 /// Starts the prober and waits until it has connected.
-async fn connected(r: &Arc<Resilient>, token: &CancellationToken) {
+pub(super) async fn connected(r: &Arc<Resilient>, token: &CancellationToken) {
     let bg = r.clone().background(token.clone()).expect("a prober");
     tokio::spawn(bg);
     for _ in 0..100 {

@@ -17,6 +17,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::{QUIET, Resilient};
+
 /// How long a store may answer nothing at all before its waits are its own
 /// fault, whatever the evidence of sluice's lateness.
 pub(crate) const SILENCE_BOUND: Duration = Duration::from_secs(1);
@@ -84,6 +86,45 @@ impl Silence {
             return Blame::Sluice;
         }
         Blame::Store
+    }
+}
+
+impl Resilient {
+    /// Whose a wait that ran out was ([`blame`]): the store's when it is
+    /// silent on a clock that runs on time (a call unanswered for half the
+    /// wait, at least [`QUIET`], and no other answered meanwhile), or when
+    /// it has answered nothing for too long; sluice's own otherwise (a
+    /// store that answers late, starved of CPU on a loaded host, is slow,
+    /// not down). A store that cannot tell is judged by how late the
+    /// workers run. A store heard answering within that time is not
+    /// silent, so the silence bound does not run against it.
+    pub(super) fn blame(&self, wait: Duration) -> Blame {
+        let late = self.lag.late_now();
+        let at_least = (wait / 2).max(QUIET);
+        let own = match self.primary.stalled(at_least, late) {
+            Some(stalled) => !stalled,
+            None => late * 2 >= wait,
+        };
+        // Heard answering, if only requests that had given up: not silent
+        // (a flood can leave every wait running out on a store that
+        // answers them all, late).
+        self.silence
+            .ran_out(own, |within| self.primary.answered_within(within))
+    }
+
+    /// A timeout's reason, with what the store's clocks said of it: an
+    /// operator reading "no answer within 50 ms" can tell a store silent
+    /// for a second from one silent just past [`QUIET`].
+    pub(super) fn timeout_reason(&self) -> String {
+        let ms = self.timeout.as_millis();
+        let late = self.lag.late_now();
+        match self.primary.hearing(late) {
+            Some(h) => format!(
+                "no answer within {ms} ms ({h}, the workers {} ms late)",
+                late.as_millis()
+            ),
+            None => format!("no answer within {ms} ms"),
+        }
     }
 }
 

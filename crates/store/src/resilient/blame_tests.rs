@@ -63,3 +63,27 @@ async fn a_store_heard_answering_during_the_silence_is_not_silent() {
     tokio::time::advance(SILENCE_BOUND / 2).await;
     assert_eq!(s.ran_out(true, heard), Blame::Store, "silent for the bound");
 }
+
+/// A trip's reason says what the store's clocks said: how long it was
+/// silent and how late its replies were read, so an operator can tell a
+/// store gone from one silent just past [`QUIET`](super::QUIET).
+#[tokio::test(start_paused = true)]
+async fn a_timeout_trip_says_how_long_the_store_was_silent() {
+    use crate::resilient::tests::{Fake, Mode, connected, inc, net};
+    use crate::{FailurePolicy, Store};
+    let fake = Fake::new(Mode::Count);
+    let r = net(&fake, FailurePolicy::Fallback);
+    let token = tokio_util::sync::CancellationToken::new();
+    connected(&r, &token).await;
+    *fake.mode.lock().unwrap() = Mode::Hang;
+    *fake.stalled.lock().unwrap() = Some(true);
+    while r.health().healthy {
+        r.increment(&[inc("a")]).await.unwrap();
+    }
+    let detail = r.health().detail.unwrap_or_default();
+    assert!(
+        detail.contains("no answer within 20 ms (the store silent 140 ms, its replies read 3 ms late, the workers"),
+        "{detail}"
+    );
+    token.cancel();
+}

@@ -27,6 +27,13 @@ pub trait Primary: Send + Sync + 'static {
         None
     }
 
+    /// What the store's clocks said when a wait ran out (how long it has
+    /// been silent, how late the thread that reads its replies ran), for
+    /// the reason a fault is logged with; `None` when it cannot tell.
+    fn hearing(&self, _workers_late: Duration) -> Option<Hearing> {
+        None
+    }
+
     /// Whether the store answered some call in the last `within`, a reply
     /// to a request that had given up on it too: a store heard answering
     /// is not silent, however late its answers. `false` when it cannot tell.
@@ -56,5 +63,30 @@ pub trait Primary: Send + Sync + 'static {
         Box::pin(std::future::ready(Err(StoreError::Unavailable(
             "no demand tables in this store".into(),
         ))))
+    }
+}
+
+/// The evidence behind a wait put down to the store (see
+/// [`Primary::hearing`]), in words for its fault's reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hearing {
+    /// How long a call had gone unanswered with none answered since;
+    /// `None` with no call out.
+    pub silent: Option<Duration>,
+    /// How late the thread that reads the store's replies ran.
+    pub reader_late: Duration,
+}
+
+impl std::fmt::Display for Hearing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.silent {
+            Some(s) => write!(f, "the store silent {} ms", s.as_millis())?,
+            None => f.write_str("no call out")?,
+        }
+        write!(
+            f,
+            ", its replies read {} ms late",
+            self.reader_late.as_millis()
+        )
     }
 }
