@@ -13,7 +13,8 @@
 //! starts a second after the last reload was seen, once the replaced rules
 //! are freed, and asks `/readyz` as often and as long as a reload run
 //! does. `RULES_SIZES=10,10000` to choose the sizes, `RULES_FLAGS` to add
-//! flags to `sluice serve` (`--reload-nice 20`).
+//! flags to `sluice serve` (`--reload-nice 20`), `RULES_ROUNDS` for more
+//! than three of each.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -143,8 +144,8 @@ fn generation(admin: std::net::SocketAddr) -> u64 {
 /// taken in turn, and the slowest reload to be seen (s).
 fn reload_p99s(s: &Sluice, file: &Path, n: usize, keys: usize) -> (f64, f64, f64) {
     // The same rate with no reload, then while the whole set is rewritten
-    // and reloaded, three times in turn: each p99 is the median of its
-    // three (one 4 s run on a shared 2-core host is noisy).
+    // and reloaded, three times in turn (`RULES_ROUNDS`): each p99 is the
+    // median of its runs (one 4 s run on a shared 2-core host is noisy).
     let generation = || generation(s.admin);
     // Both versions are generated before any measurement, so the writer
     // only writes while requests are timed.
@@ -169,7 +170,7 @@ fn reload_p99s(s: &Sluice, file: &Path, n: usize, keys: usize) -> (f64, f64, f64
     // the new rules (every 20 ms, for as long as the last reload took), so
     // the two differ only by the reload.
     let mut last_seen = secs.saturating_sub(1) as f64;
-    for version in versions.iter().cycle().skip(1).take(3) {
+    for version in versions.iter().cycle().skip(1).take(rounds()) {
         settle();
         let p99 = std::thread::scope(|scope| {
             scope.spawn(|| {
@@ -196,6 +197,14 @@ fn reload_p99s(s: &Sluice, file: &Path, n: usize, keys: usize) -> (f64, f64, f64
     }
     let (quiet, during) = (median(&mut quiet), median(&mut during));
     (quiet, during, reload_s)
+}
+
+/// How many quiet and reload runs each (`RULES_ROUNDS`, 3 by default).
+fn rounds() -> usize {
+    std::env::var("RULES_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3)
 }
 
 fn median(v: &mut [f64]) -> f64 {
