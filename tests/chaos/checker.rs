@@ -43,7 +43,7 @@
 use std::collections::BTreeMap;
 
 use super::fleet::{BUCKET, RULES, SHADOW, STORE_TIMEOUT_MS};
-use super::history::{Answer, History, Op, Reset};
+use super::history::{Answer, Fault, History, Op, Reset};
 
 /// Slack on an answer's time beyond `--redis-timeout`.
 pub const GRACE_MS: u64 = 1_500;
@@ -236,7 +236,7 @@ fn windows(h: &History, instances: usize, r: &mut Report) {
             .degraded
             .iter()
             .any(|d| overlaps((d.start, d.end), touched));
-        let lost = store_faults.iter().any(|f| f.lost);
+        let lost = store_faults.iter().any(|f| lost(h, f));
         let limit = u64::from(limits_in_force(h, rule, *base, span).1);
         // Each reset inside the window gives the counter its limit again.
         let resets = resets_in(h, rule, value, span);
@@ -264,6 +264,19 @@ fn windows(h: &History, instances: usize, r: &mut Report) {
             ));
         }
     }
+}
+
+/// Whether the store lost counts in `f`: a restart empty, or a Sentinel
+/// naming a new master during it or just after (any fault that keeps the
+/// master from the sentinels a second, a SIGSTOP too: the replica it
+/// promotes lacks what it had not yet received).
+fn lost(h: &History, f: &Fault) -> bool {
+    let failed_over = h
+        .masters
+        .iter()
+        .skip(1)
+        .any(|&(at, _)| f.start <= at && at <= f.end + MARGIN_MS);
+    f.lost || f.store && failed_over
 }
 
 fn latency(h: &History, r: &mut Report) {
@@ -348,3 +361,7 @@ pub fn tally(r: &mut Report, kinds: &[String], promise: &'static str, wrong: boo
         t.violations += u64::from(wrong);
     }
 }
+
+#[cfg(test)]
+#[path = "checker_tests.rs"]
+mod tests;
