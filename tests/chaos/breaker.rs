@@ -126,20 +126,10 @@ fn units(h: &History, faults: &[&Fault], i: usize) -> Vec<(String, (u64, u64))> 
 #[cfg(test)]
 mod tests {
     use super::super::checker::Report;
-    use super::super::history::{Answer, History, Op, Trip};
+    use super::super::history::{History, Op, Trip};
 
     fn run(stalls: Vec<(u64, u64)>) -> Report {
-        let op = |at: u64| Op {
-            instance: 0,
-            rule: "r",
-            value: "v".into(),
-            hits: 1,
-            refund: false,
-            slot: 0,
-            sent: at,
-            answered: at + 1,
-            answer: Answer::Ok,
-        };
+        let op = |at: u64| Op::admitted("r", "v", at);
         let h = History {
             ops: vec![op(1_000), op(9_000)],
             trips: vec![Trip {

@@ -1,20 +1,10 @@
-use super::super::history::{Answer, Fault, History, Op};
+use super::super::history::{Fault, History, Op};
 use super::{POLICY, check};
 
 /// `a` (5 a second) admitted `n` times in one window, on two instances,
 /// with the store stopped across it and the Sentinel's masters `masters`.
 fn run(n: u64, masters: Vec<(u64, u16)>) -> Vec<String> {
-    let op = |at: u64| Op {
-        instance: 0,
-        rule: "a",
-        value: "v1".into(),
-        hits: 1,
-        refund: false,
-        slot: 0,
-        sent: at,
-        answered: at + 1,
-        answer: Answer::Ok,
-    };
+    let op = |at: u64| Op::admitted("a", "v1", at);
     let h = History {
         ops: (0..n).map(|i| op(10_000 + i * 40)).collect(),
         faults: vec![Fault {

@@ -54,6 +54,24 @@ pub struct Fault {
     pub lost: bool,
 }
 
+impl Op {
+    /// One hit of `rule`=`value` on instance 0, sent at `at` and admitted a
+    /// millisecond later: the checker's tests build histories of them.
+    pub fn admitted(rule: &'static str, value: &str, at: u64) -> Op {
+        Op {
+            instance: 0,
+            rule,
+            value: value.into(),
+            hits: 1,
+            refund: false,
+            slot: 0,
+            sent: at,
+            answered: at + 1,
+            answer: Answer::Ok,
+        }
+    }
+}
+
 /// A span in which an instance said its store was not in use (`/readyz`
 /// `degraded`): the failure policy decided its requests.
 #[derive(Debug, Clone)]
