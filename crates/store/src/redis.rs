@@ -95,6 +95,14 @@ impl fmt::Debug for RedisStore {
 }
 
 impl RedisStore {
+    /// How late the thread that reads Redis's replies runs: calls are
+    /// marked answered on the I/O thread (on the workers without it), the
+    /// batcher's and a Cluster's alike, and a reply waits in the socket for
+    /// as long as that thread runs late.
+    fn reader_late(&self, workers_late: Duration) -> Duration {
+        self.io.as_ref().map_or(workers_late, IoThread::late_now)
+    }
+
     /// A store that is not connected yet; nothing touches the network here.
     pub fn new(config: RedisConfig) -> Result<RedisStore, StoreError> {
         // Validate the URLs now so a typo fails at startup, not at first use.
@@ -327,10 +335,7 @@ impl super::Primary for RedisStore {
     }
 
     fn stalled(&self, at_least: Duration, workers_late: Duration) -> Option<bool> {
-        // Calls are marked answered on the I/O thread (on the workers
-        // without it), the batcher's and a Cluster's alike: a reply waits in
-        // the socket for as long as that thread runs late.
-        let late = self.io.as_ref().map_or(workers_late, IoThread::late_now);
+        let late = self.reader_late(workers_late);
         match self.live.load().as_deref() {
             Some(Live::Single(batcher, _)) => Some(batcher.stalled(at_least + late)),
             Some(Live::Cluster(_)) => self.cluster_calls.heard(at_least, late),
@@ -339,7 +344,7 @@ impl super::Primary for RedisStore {
     }
 
     fn hearing(&self, workers_late: Duration) -> Option<Hearing> {
-        let reader_late = self.io.as_ref().map_or(workers_late, IoThread::late_now);
+        let reader_late = self.reader_late(workers_late);
         let silent = match self.live.load().as_deref()? {
             Live::Single(batcher, _) => batcher.silence(),
             Live::Cluster(_) => self.cluster_calls.silence(),
