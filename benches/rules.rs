@@ -10,9 +10,9 @@
 //! the slowest of the three reloads to be seen. Each timed run lasts as
 //! long as one reload takes to be seen (measured first, untimed) and a
 //! second more, so a reload run spans the whole reload; each quiet run
-//! starts a second after the last reload was seen, once the replaced rules
-//! are freed, and asks `/readyz` as often and as long as a reload run
-//! does. `RULES_SIZES=10,10000` to choose the sizes, `RULES_FLAGS` to add
+//! starts four seconds after the last reload was seen, once the replaced
+//! rules are freed and the table walked for series gone, and asks
+//! `/readyz` as often and as long as a reload run does. `RULES_SIZES=10,10000` to choose the sizes, `RULES_FLAGS` to add
 //! flags to `sluice serve` (`--reload-nice 20`), `RULES_ROUNDS` for more
 //! than three of each.
 
@@ -159,7 +159,10 @@ fn reload_p99s(s: &Sluice, file: &Path, n: usize, keys: usize) -> (f64, f64, f64
     };
     // One reload untimed, to know how long a timed run must last.
     let secs = reload(&versions[0]).ceil() as u64 + 1;
-    let settle = || std::thread::sleep(Duration::from_secs(1));
+    // A quiet run starts once the last reload's wake has passed: the old
+    // snapshot freed at the lowest priority, then the rule table walked for
+    // series gone on the three seconds after (`server/prune.rs`).
+    let settle = || std::thread::sleep(Duration::from_secs(4));
     let timed = || {
         bench(s, keys, Some(2_000), secs.max(4))["p99_us"]
             .as_f64()

@@ -17,6 +17,7 @@ use super::{
 use crate::rule_stats::RuleCounters;
 
 mod retire;
+pub(crate) use retire::retired;
 
 /// Who hears how the rules load (the metrics, watching from the side): it
 /// hands compiled rules their counters and is told of every load, so config

@@ -3,8 +3,12 @@
 //! graphs. A million configured customers must cost the console nothing
 //! while they are quiet, so only rules with traffic in the last
 //! [`SAMPLES`] seconds hold a graph, and at most `--console-max-rules` of
-//! them (the busiest win a place). A quiet rule costs one scan of its
-//! `total_hits` a second and 48 bytes to see it wake.
+//! them (the busiest win a place). A quiet rule costs 48 bytes and one
+//! look at its `total_hits` in each pass to see it wake; a pass looks at
+//! `--console-rules-per-second` rules a second, so a million rules cost a
+//! few milliseconds of a core a second, not a walk of all of them, and a
+//! quiet rule that wakes is graphed within a pass (10 s at a million by
+//! default), its first second holding the hits since it was last looked at.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -17,6 +21,9 @@ use crate::rule_stats::RuleStats;
 pub const SAMPLES: usize = 180;
 /// Rules graphed at once by default (`--console-max-rules`).
 pub const GRAPHED: usize = 1000;
+/// Rules looked at for traffic each second by default
+/// (`--console-rules-per-second`).
+pub const WALKED: u32 = 100_000;
 /// Seconds of requests that rank graphed rules against a newcomer.
 const RECENT: usize = 10;
 
@@ -73,6 +80,9 @@ pub struct Rates {
     /// Every configured rule, in snapshot order; renewed when the snapshot
     /// changes.
     rules: Vec<Watched>,
+    /// Rules looked at each sample, and where the next sample starts.
+    walked: usize,
+    cursor: usize,
     snapshot: usize,
     tick: u64,
     /// Rules with traffic in the last sample that hold no graph.
@@ -81,7 +91,7 @@ pub struct Rates {
 
 impl Default for Rates {
     fn default() -> Self {
-        Rates::new(GRAPHED)
+        Rates::new(GRAPHED, WALKED as usize)
     }
 }
 
@@ -102,12 +112,15 @@ fn delta(now: [u64; 3], last: [u64; 3]) -> Sample {
 }
 
 impl Rates {
-    /// Rates graphing at most `max` rules at once.
-    pub fn new(max: usize) -> Rates {
+    /// Rates graphing at most `max` rules at once, looking at `walked`
+    /// rules a sample for traffic (at least one).
+    pub fn new(max: usize, walked: usize) -> Rates {
         Rates {
             graphs: FastMap::default(),
             max,
             rules: Vec::new(),
+            walked: walked.max(1),
+            cursor: 0,
             snapshot: 0,
             tick: 0,
             ungraphed: 0,
@@ -143,6 +156,7 @@ impl Rates {
     /// new places, and the graphs of rules that left dropped.
     fn renew<'a>(&mut self, rules: impl Iterator<Item = (Place, &'a Arc<RuleStats>)>) {
         self.rules.clear();
+        self.cursor = 0;
         for (place, stats) in rules {
             self.rules.push(Watched {
                 stats: stats.clone(),
@@ -158,11 +172,17 @@ impl Rates {
         self.graphs.retain(|_, g| g.seen == tick);
     }
 
-    /// The rules that counted since the last sample and hold no graph: a
-    /// quiet rule costs one load and one comparison.
+    /// The rules of this pass's slice that counted since they were last
+    /// looked at and hold no graph: a quiet rule costs one load and one
+    /// comparison.
     fn woken(&mut self) -> Vec<Woke> {
         let mut woke = Vec::new();
-        for w in &mut self.rules {
+        let n = self.rules.len();
+        let start = if self.cursor < n { self.cursor } else { 0 };
+        let end = n.min(start.saturating_add(self.walked));
+        self.cursor = end;
+        let slice = self.rules.get_mut(start..end).unwrap_or_default();
+        for w in slice {
             if w.stats.total_hits.load(Relaxed) == w.last[0] {
                 continue;
             }

@@ -70,7 +70,7 @@ fn a_graph_goes_after_three_quiet_minutes() {
 #[test]
 fn past_the_bound_the_busier_take_the_places() {
     let stats = rules(6);
-    let mut r = Rates::new(2);
+    let mut r = Rates::new(2, WALKED as usize);
     sample(&mut r, 1, &stats);
     hit(&stats[0], 1);
     hit(&stats[1], 2);
@@ -99,4 +99,25 @@ fn a_new_snapshot_moves_places_and_keeps_graphs() {
     assert_eq!(r.of(&stats[2]), vec![[5, 0, 0], [4, 0, 0]]);
     assert_eq!(r.busiest(), vec![(0, 0)]);
     assert_eq!(r.snapshot(), 2);
+}
+
+#[test]
+fn a_sample_looks_at_a_slice_and_a_pass_sees_every_rule_wake() {
+    let stats = rules(10);
+    let mut r = Rates::new(GRAPHED, 4);
+    sample(&mut r, 1, &stats);
+    // Rule 9 wakes; samples look at 0..4, 4..8, then 8..10.
+    hit(&stats[9], 5);
+    sample(&mut r, 1, &stats);
+    sample(&mut r, 1, &stats);
+    assert!(r.of(&stats[9]).is_empty(), "not yet looked at");
+    assert_eq!(r.cursor, 8);
+    hit(&stats[9], 2);
+    sample(&mut r, 1, &stats);
+    // Its first second holds every hit since it was last looked at.
+    assert_eq!(r.of(&stats[9]), vec![[7, 0, 0]]);
+    // And the pass starts again.
+    hit(&stats[0], 1);
+    sample(&mut r, 1, &stats);
+    assert_eq!(r.of(&stats[0]), vec![[1, 0, 0]]);
 }

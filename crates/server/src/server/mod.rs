@@ -244,6 +244,7 @@ pub fn signal() -> impl Future<Output = ()> + Send + 'static {
 mod bounds;
 mod edge;
 mod grpc;
+mod prune;
 mod tasks;
 pub use bounds::{BodyBounds, GrpcBounds};
 

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::ServeOptions;
+use super::prune::Prune;
 use crate::application::App;
 use crate::config::{watch, xds};
 use crate::console::{self, Console};
@@ -68,34 +69,21 @@ pub(super) fn reference_metrics(
     }
 }
 
-/// Seconds after a load during which stale rule series are looked for:
-/// past the 10 s a replaced snapshot may wait for its last holder.
-const PRUNE_AFTER_LOAD: u32 = 15;
-
 /// Frees ended windows once a second so memory follows live keys, drops
 /// the metric series of rules no longer in force, and publishes how many
-/// counters live in memory. The work walks every live counter and, after a
-/// load, every rule (a million take tens of milliseconds): it runs on a
-/// blocking thread, so no request queued on a runtime worker waits for it.
+/// counters live in memory. The work walks every live counter and, when
+/// [`Prune`] says, every rule (a million take tens of milliseconds): it
+/// runs on a blocking thread, so no request queued on a runtime worker
+/// waits for it.
 async fn sweep(app: App, token: CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
-    let mut generation = 0;
-    let mut prune_for = 0;
+    let mut prune = Prune::default();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             () = token.cancelled() => return,
         }
-        // Only a load makes series stale, and pruning walks every rule:
-        // each second for a while after a load (old rules are freed once
-        // no request or reader holds them), then not.
-        let now = app.rules.status().generation;
-        if now != generation {
-            generation = now;
-            prune_for = PRUNE_AFTER_LOAD;
-        }
-        let prune = prune_for > 0;
-        prune_for = prune_for.saturating_sub(1);
+        let prune = prune.due(app.rules.status().generation, crate::config::retired());
         let app = app.clone();
         let work = tokio::task::spawn_blocking(move || {
             app.store.sweep(Now::wall());

@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::time::{Duration, Instant};
 
@@ -17,6 +18,15 @@ const TICK: Duration = Duration::from_millis(2);
 /// The longest a snapshot waits for its holders (a quota stream may keep
 /// one): past it, the last holder frees it, as before.
 const PATIENCE: Duration = Duration::from_secs(10);
+
+/// Snapshots freed here so far, in this process: until one is, every rule
+/// it held still counts, and a walk for rules gone finds none.
+static RETIRED: AtomicU64 = AtomicU64::new(0);
+
+/// How many replaced snapshots the retiring thread has let go of.
+pub(crate) fn retired() -> u64 {
+    RETIRED.load(Relaxed)
+}
 
 /// Hands `old` to the retiring thread (started on first use; where it
 /// cannot start, `old` is dropped here, on the reload's own thread).
@@ -44,7 +54,11 @@ fn run(rx: &Receiver<Held>) {
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
         }
+        let before = held.len();
         held.retain(|(since, old)| Arc::strong_count(old) > 1 && since.elapsed() < PATIENCE);
+        if held.len() < before {
+            RETIRED.fetch_add((before - held.len()) as u64, Relaxed);
+        }
     }
 }
 
