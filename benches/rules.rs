@@ -12,9 +12,10 @@
 //! second more, so a reload run spans the whole reload; each quiet run
 //! starts four seconds after the last reload was seen, once the replaced
 //! rules are freed and the table walked for series gone, and asks
-//! `/readyz` as often and as long as a reload run does. `RULES_SIZES=10,10000` to choose the sizes, `RULES_FLAGS` to add
-//! flags to `sluice serve` (`--reload-nice 20`), `RULES_ROUNDS` for more
-//! than three of each.
+//! `/readyz` as often and as long as a reload run does.
+//! `RULES_SIZES=10,10000` to choose the sizes, `RULES_FLAGS` to add flags
+//! to `sluice serve` (`--reload-nice 20`), `RULES_ROUNDS` for more than
+//! three of each.
 
 #[path = "../tests/common/mod.rs"]
 mod common;

@@ -64,8 +64,8 @@ pub struct BoundArgs {
     pub(crate) console_max_rules: usize,
     /// Configured rules the console looks at each second for traffic: with
     /// more, a quiet rule that wakes is graphed within rules / this seconds
-    /// (10 at a million), and the look costs about 3 ms of a core a second.
-    #[arg(long, env = "SLUICE_CONSOLE_RULES_PER_SECOND", default_value_t = crate::console::WALKED,
+    /// (10 at a million), and the look costs about 9 ms of a core a second.
+    #[arg(long, env = "SLUICE_CONSOLE_RULES_PER_SECOND", default_value_t = crate::console::WALKED as u32,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) console_rules_per_second: u32,
 }
@@ -215,10 +215,8 @@ impl BoundArgs {
         crate::console::Console::new(
             self.console_top_keys,
             self.console_show_addresses,
-            (
-                self.console_max_rules,
-                self.console_rules_per_second as usize,
-            ),
+            self.console_max_rules,
+            self.console_rules_per_second as usize,
         )
     }
 

@@ -75,7 +75,7 @@ pub struct Console {
 
 impl Default for Console {
     fn default() -> Self {
-        Console::new(TOP_KEYS, false, (GRAPHED, WALKED as usize))
+        Console::new(TOP_KEYS, false, GRAPHED, WALKED)
     }
 }
 
@@ -89,11 +89,7 @@ impl Console {
     /// A console whose top keeps `top_keys` slots, addresses masked unless
     /// `show_addresses`, graphing at most `graphed` rules and looking at
     /// `walked` rules a second for traffic.
-    pub fn new(
-        top_keys: usize,
-        show_addresses: bool,
-        (graphed, walked): (usize, usize),
-    ) -> Console {
+    pub fn new(top_keys: usize, show_addresses: bool, graphed: usize, walked: usize) -> Console {
         Console {
             started: Instant::now(),
             state: Mutex::new(State {
@@ -290,9 +286,10 @@ fn describe(limit: &LimitDef) -> (String, &'static str) {
 }
 
 /// Samples once a second until `token` is cancelled. A sample looks at up
-/// to `--console-rules-per-second` rules (100,000: about 3 ms of a
-/// core), so it runs on a thread of its own at the lowest nice value ([`crate::background`]): a
-/// request that wakes meanwhile takes the core at once.
+/// to `--console-rules-per-second` rules (100,000: about 9 ms of a core),
+/// so it runs on a thread of its own at the lowest nice value
+/// ([`crate::background`]): a request that wakes meanwhile takes the core
+/// at once.
 pub async fn run(console: Arc<Console>, app: App, token: CancellationToken) {
     let stop = token.clone();
     let sampling =

@@ -5,8 +5,8 @@
 //! [`SAMPLES`] seconds hold a graph, and at most `--console-max-rules` of
 //! them (the busiest win a place). A quiet rule costs 48 bytes and one
 //! look at its `total_hits` in each pass to see it wake; a pass looks at
-//! `--console-rules-per-second` rules a second, so a million rules cost a
-//! few milliseconds of a core a second, not a walk of all of them, and a
+//! `--console-rules-per-second` rules a second, so a million rules cost
+//! under 10 ms of a core a second, not a walk of all of them, and a
 //! quiet rule that wakes is graphed within a pass (10 s at a million by
 //! default), its first second holding the hits since it was last looked at.
 
@@ -23,7 +23,7 @@ pub const SAMPLES: usize = 180;
 pub const GRAPHED: usize = 1000;
 /// Rules looked at for traffic each second by default
 /// (`--console-rules-per-second`).
-pub const WALKED: u32 = 100_000;
+pub const WALKED: usize = 100_000;
 /// Seconds of requests that rank graphed rules against a newcomer.
 const RECENT: usize = 10;
 
@@ -85,13 +85,14 @@ pub struct Rates {
     cursor: usize,
     snapshot: usize,
     tick: u64,
-    /// Rules with traffic in the last sample that hold no graph.
+    /// Rules with traffic that hold no graph, among those the last sample
+    /// looked at.
     pub ungraphed: usize,
 }
 
 impl Default for Rates {
     fn default() -> Self {
-        Rates::new(GRAPHED, WALKED as usize)
+        Rates::new(GRAPHED, WALKED)
     }
 }
 

@@ -70,7 +70,7 @@ fn a_graph_goes_after_three_quiet_minutes() {
 #[test]
 fn past_the_bound_the_busier_take_the_places() {
     let stats = rules(6);
-    let mut r = Rates::new(2, WALKED as usize);
+    let mut r = Rates::new(2, WALKED);
     sample(&mut r, 1, &stats);
     hit(&stats[0], 1);
     hit(&stats[1], 2);
