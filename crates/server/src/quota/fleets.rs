@@ -30,6 +30,10 @@ struct Read {
 #[derive(Default)]
 pub(super) struct Fleets {
     tables: Mutex<HashMap<String, Read>>,
+    /// Tables a stream's timer is reading now, and since when: streams
+    /// whose timers fire together (Envoys that connected at once, as after
+    /// a restart) would otherwise all find no fresh read and all call.
+    reading: Mutex<HashMap<String, Instant>>,
 }
 
 impl Fleets {
@@ -93,7 +97,26 @@ impl Fleets {
         Some((*shares.get(at)?, members.len()))
     }
 
+    /// Whether the caller may read `table` now: false while another
+    /// stream's read of it, begun within `fresh`, is in flight. The one
+    /// that may read shares what it reads through [`Fleets::put`].
+    pub(super) fn claim(&self, table: &str, fresh: Duration) -> bool {
+        let mut reading = self.reading.lock();
+        if reading.get(table).is_some_and(|at| at.elapsed() <= fresh) {
+            return false;
+        }
+        if reading.len() >= MAX_TABLES {
+            reading.retain(|_, at| at.elapsed() <= fresh);
+            if reading.len() >= MAX_TABLES {
+                reading.clear();
+            }
+        }
+        reading.insert(table.to_owned(), Instant::now());
+        true
+    }
+
     pub(super) fn put(&self, table: &str, members: &[MemberDemand], fresh: Duration) {
+        self.reading.lock().remove(table);
         let mut tables = self.tables.lock();
         if tables.len() >= MAX_TABLES && !tables.contains_key(table) {
             tables.retain(|_, read| read.at.elapsed() <= fresh);

@@ -61,6 +61,12 @@ impl QuotaStream {
             if let Some(members) = fleets.get(table, fresh, self.member, b.demand) {
                 return Plan::Cached(Fleet::Members(members));
             }
+            // Another stream is reading this fleet now: its entry is
+            // fresh, so this tick keeps what Envoy holds and the next one
+            // shares that read.
+            if !fleets.claim(table, fresh) {
+                return Plan::Deferred;
+            }
         }
         Plan::Call(DemandUpdate {
             table: table.to_owned(),
