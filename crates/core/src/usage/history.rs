@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use super::levels;
 
@@ -64,10 +64,15 @@ pub struct Usage {
     /// history costs about 100 KiB, so a million per-customer rules must
     /// not each grow one. None: unbounded (a rule table of its own).
     budget: Option<Arc<UsageBudget>>,
+    /// This rule was refused a history once: counted then, never again,
+    /// so a rule past the budget writes nothing the fleet shares on each
+    /// request (two cores bouncing one counter's line cost every request
+    /// at a million rules).
+    refused: AtomicBool,
 }
 
 /// How many limits may keep a usage history at once
-/// (`--max-usage-rules`), and how many first records were refused.
+/// (`--max-usage-rules`), and how many rules were refused one.
 #[derive(Debug)]
 pub struct UsageBudget {
     max: usize,
@@ -89,15 +94,11 @@ impl UsageBudget {
         self.used.load(Relaxed)
     }
 
+    /// A place, if one is free. Past the budget this only reads `used`.
     fn take(&self) -> bool {
-        let took = self
-            .used
+        self.used
             .fetch_update(Relaxed, Relaxed, |n| (n < self.max).then_some(n + 1))
-            .is_ok();
-        if !took {
-            self.refused.fetch_add(1, Relaxed);
-        }
-        took
+            .is_ok()
     }
 }
 
@@ -132,6 +133,14 @@ impl Usage {
             window: AtomicU64::new(0),
             totals: parking_lot::Mutex::default(),
             budget: Some(budget),
+            refused: AtomicBool::new(false),
+        }
+    }
+
+    /// Counts this rule refused by `budget`, the first time only.
+    fn refuse(&self, budget: &UsageBudget) {
+        if !self.refused.load(Relaxed) && !self.refused.swap(true, Relaxed) {
+            budget.refused.fetch_add(1, Relaxed);
         }
     }
 
@@ -146,7 +155,8 @@ impl Usage {
             Some(slots) => slots,
             None => {
                 // A first record joins the budget, or is not kept.
-                if self.budget.as_ref().is_some_and(|b| !b.take()) {
+                if let Some(b) = self.budget.as_ref().filter(|b| !b.take()) {
+                    self.refuse(b);
                     return;
                 }
                 let mut built = false;

@@ -10,8 +10,12 @@ fn histories_are_bounded_by_their_budget() {
     for u in &rules {
         u.record(60, 1000, 0, 1, 1);
     }
+    // The refused rule's later requests are not counted again: the metric
+    // counts rules, and a rule past the budget writes nothing shared.
+    rules[2].record(60, 1000, 1, 2, 1);
+    rules[2].record(60, 1001, 2, 3, 1);
     assert_eq!(budget.used(), 2);
-    assert_eq!(budget.refused.load(Relaxed), 1);
+    assert_eq!(budget.refused.load(Relaxed), 1, "one rule refused");
     assert_eq!(rules.iter().filter(|u| u.footprint() > 0).count(), 2);
     drop(rules);
     assert_eq!(budget.used(), 0, "every place given back");

@@ -15,6 +15,15 @@ use std::sync::Arc;
 
 use super::matcher::{Domain, Level, Node, Rule};
 
+/// A level of a rule's path: the key it matches, its exact value (`None`
+/// for a key-only default or a wildcard), and its node.
+#[derive(Debug, Clone, Copy)]
+struct Step<'d> {
+    key: &'d str,
+    exact: Option<&'d str>,
+    node: &'d Node,
+}
+
 /// What a bucket id matched.
 #[derive(Debug, Clone)]
 pub struct BucketMatch {
@@ -56,14 +65,14 @@ impl Domain {
     /// along different paths, with values that can agree. Each line names both
     /// rules; the bucket goes to the one whose keys come first by name.
     pub fn quota_ambiguities(&self) -> Vec<String> {
-        let mut paths: Vec<Vec<&Node>> = Vec::new();
+        let mut paths: Vec<Vec<Step<'_>>> = Vec::new();
         collect(&self.root, &mut Vec::new(), &mut paths);
         // Levels are hash maps: sort so the report reads the same every time.
         paths.sort_by_cached_key(|p| label(p));
-        let mut by_keys: BTreeMap<Vec<&str>, Vec<&Vec<&Node>>> = BTreeMap::new();
+        let mut by_keys: BTreeMap<Vec<&str>, Vec<&Vec<Step<'_>>>> = BTreeMap::new();
         let mut out = Vec::new();
         for p in &paths {
-            let mut keys: Vec<&str> = p.iter().map(|n| &*n.key).collect();
+            let mut keys: Vec<&str> = p.iter().map(|n| n.key).collect();
             keys.sort_unstable();
             if keys.windows(2).any(|w| w.first() == w.get(1)) {
                 out.push(format!(
@@ -83,11 +92,11 @@ impl Domain {
             // each other: only pairs across orders are looked at, and an
             // exact rule only against those with the same values, so a
             // million per-customer rules cost a hash each, not a pair each.
-            let mut orders: BTreeMap<Vec<&str>, Vec<&Vec<&Node>>> = BTreeMap::new();
+            let mut orders: BTreeMap<Vec<&str>, Vec<&Vec<Step<'_>>>> = BTreeMap::new();
             for p in group {
                 orders.entry(order(p)).or_default().push(p);
             }
-            let orders: Vec<Vec<&Vec<&Node>>> = orders.into_values().collect();
+            let orders: Vec<Vec<&Vec<Step<'_>>>> = orders.into_values().collect();
             for (i, a) in orders.iter().enumerate() {
                 for b in orders.iter().skip(i + 1) {
                     across(a, b, &keys, &mut out);
@@ -130,9 +139,9 @@ fn search<'d>(
     None
 }
 
-fn collect<'d>(level: &'d Level, prefix: &mut Vec<&'d Node>, out: &mut Vec<Vec<&'d Node>>) {
-    for node in level.nodes() {
-        prefix.push(node);
+fn collect<'d>(level: &'d Level, prefix: &mut Vec<Step<'d>>, out: &mut Vec<Vec<Step<'d>>>) {
+    for (key, exact, node) in level.nodes() {
+        prefix.push(Step { key, exact, node });
         if node.rule.is_some() {
             out.push(prefix.clone());
         }
@@ -145,10 +154,10 @@ fn collect<'d>(level: &'d Level, prefix: &mut Vec<&'d Node>, out: &mut Vec<Vec<&
 
 /// Each pair of `a` and `b` (rules with the same keys in two orders) that
 /// one bucket could match, reported.
-fn across(a: &[&Vec<&Node>], b: &[&Vec<&Node>], keys: &[&str], out: &mut Vec<String>) {
+fn across(a: &[&Vec<Step<'_>>], b: &[&Vec<Step<'_>>], keys: &[&str], out: &mut Vec<String>) {
     // `b`'s rules with an exact value at every level, by those values in
     // key order; the rest are few (wildcards and key-only defaults).
-    let mut exact: HashMap<Vec<&str>, Vec<&Vec<&Node>>> = HashMap::new();
+    let mut exact: HashMap<Vec<&str>, Vec<&Vec<Step<'_>>>> = HashMap::new();
     let mut loose = Vec::new();
     for p in b {
         match values(p) {
@@ -157,7 +166,7 @@ fn across(a: &[&Vec<&Node>], b: &[&Vec<&Node>], keys: &[&str], out: &mut Vec<Str
         }
     }
     for pa in a {
-        let candidates: Vec<&Vec<&Node>> = match values(pa) {
+        let candidates: Vec<&Vec<Step<'_>>> = match values(pa) {
             Some(v) => exact
                 .get(&v)
                 .into_iter()
@@ -182,29 +191,29 @@ fn across(a: &[&Vec<&Node>], b: &[&Vec<&Node>], keys: &[&str], out: &mut Vec<Str
 }
 
 /// A path's exact values in its keys' name order, when every level has one.
-fn values<'a>(path: &[&'a Node]) -> Option<Vec<&'a str>> {
-    let mut levels: Vec<&Node> = path.to_vec();
-    levels.sort_unstable_by(|x, y| x.key.cmp(&y.key));
-    levels.iter().map(|n| n.exact.as_deref()).collect()
+fn values<'a>(path: &[Step<'a>]) -> Option<Vec<&'a str>> {
+    let mut levels: Vec<Step<'a>> = path.to_vec();
+    levels.sort_unstable_by(|x, y| x.key.cmp(y.key));
+    levels.iter().map(|n| n.exact).collect()
 }
 
-fn order<'a>(path: &[&'a Node]) -> Vec<&'a str> {
-    path.iter().map(|n| &*n.key).collect()
+fn order<'a>(path: &[Step<'a>]) -> Vec<&'a str> {
+    path.iter().map(|n| n.key).collect()
 }
 
-fn label(path: &[&Node]) -> String {
+fn label(path: &[Step<'_>]) -> String {
     path.last()
-        .and_then(|n| n.rule.as_ref())
+        .and_then(|n| n.node.rule.as_ref())
         .map_or_else(String::new, |r| r.label.to_string())
 }
 
 /// Whether one bucket could satisfy both paths: for every key, exact values
 /// must be equal where both paths give one.
-fn may_agree(a: &[&Node], b: &[&Node]) -> bool {
+fn may_agree(a: &[Step<'_>], b: &[Step<'_>]) -> bool {
     a.iter().all(|na| {
         b.iter()
             .find(|nb| nb.key == na.key)
-            .is_none_or(|nb| match (&na.exact, &nb.exact) {
+            .is_none_or(|nb| match (na.exact, nb.exact) {
                 (Some(x), Some(y)) => x == y,
                 _ => true,
             })

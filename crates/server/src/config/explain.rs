@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::matcher::{Domain, Level, Node, Rule};
+use super::matcher::{Domain, Level, Node, Rule, Via};
 
 /// How one entry of a descriptor was matched at its level.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,16 +51,10 @@ pub struct Explanation<'a> {
 
 impl Level {
     fn find_how(&self, key: &str, value: &str) -> (Option<&Node>, How) {
-        let by_key = self.keys.get(key);
-        if let Some(node) = by_key.and_then(|k| k.values.get(value)) {
-            return (Some(node), How::Exact);
-        }
-        let composite = format!("{key}_{value}");
-        if let Some((p, node)) = self.wildcards.iter().find(|(p, _)| p.matches(&composite)) {
-            return (Some(node), How::Wildcard(p.text()));
-        }
-        match by_key.and_then(|k| k.default.as_ref()) {
-            Some(node) => (Some(node), How::KeyOnly),
+        match self.find_via(key, value) {
+            Some((node, Via::Exact)) => (Some(node), How::Exact),
+            Some((node, Via::Wildcard(p))) => (Some(node), How::Wildcard(p.text())),
+            Some((node, Via::KeyOnly)) => (Some(node), How::KeyOnly),
             None => (None, How::Nothing),
         }
     }

@@ -43,12 +43,15 @@ pub struct Rule {
 #[derive(Debug)]
 pub(super) struct Pattern {
     parts: Box<[Box<str>]>,
+    /// The descriptor key as written, for quota-mode ambiguity checks.
+    pub(super) key: Box<str>,
 }
 
 impl Pattern {
-    fn new(composite: &str) -> Pattern {
+    fn new(composite: &str, key: &str) -> Pattern {
         Pattern {
             parts: composite.split('*').map(Box::from).collect(),
+            key: Box::from(key),
         }
     }
 
@@ -78,6 +81,10 @@ impl Pattern {
     }
 }
 
+/// One node of the tree. Its key and value are the keys of the maps that
+/// hold it, never copied here: a million per-customer nodes are the bulk of
+/// a big snapshot, and each copy cost a pointer, a length and an
+/// allocation per node.
 #[derive(Debug, Default)]
 pub(super) struct Node {
     pub(super) rule: Option<Arc<Rule>>,
@@ -87,13 +94,29 @@ pub(super) struct Node {
     /// The configured value, used in place of the runtime value in the counter
     /// key when `share_threshold` is set.
     pub(super) shared_value: Option<Box<str>>,
-    value_to_metric: bool,
-    /// The node's own element of the stats path (`key_value` or `key`).
-    element: Box<str>,
-    /// The descriptor key the node matches, and its exact value (`None` for a
-    /// key-only default or a wildcard), for quota-mode ambiguity checks.
-    pub(super) key: Box<str>,
-    pub(super) exact: Option<Box<str>>,
+    pub(super) value_to_metric: bool,
+}
+
+/// How a level matched an entry, which names the node's own element of
+/// the stats path: `key_value` for an exact value, the pattern for a
+/// wildcard, `key` for the key-only default.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Via<'a> {
+    Exact,
+    Wildcard(&'a Pattern),
+    KeyOnly,
+}
+
+impl Via<'_> {
+    /// The node's element of the stats path, for the entry `key`=`value`
+    /// it matched.
+    fn element(self, key: &str, value: &str) -> String {
+        match self {
+            Via::Exact => format!("{key}_{value}"),
+            Via::Wildcard(p) => p.text(),
+            Via::KeyOnly => key.to_owned(),
+        }
+    }
 }
 
 /// The tables requests look up by their own strings. Built from config and
@@ -115,26 +138,38 @@ pub(super) struct Level {
 }
 
 impl Level {
-    /// Every node of the level, in no particular order.
-    pub(super) fn nodes(&self) -> impl Iterator<Item = &Node> {
+    /// Every node of the level with the key it matches and its exact
+    /// value (`None` for a key-only default or a wildcard), in no
+    /// particular order.
+    pub(super) fn nodes(&self) -> impl Iterator<Item = (&str, Option<&str>, &Node)> {
         self.keys
-            .values()
-            .flat_map(|k| k.default.iter().chain(k.values.values()))
-            .chain(self.wildcards.iter().map(|(_, n)| n))
+            .iter()
+            .flat_map(|(key, k)| {
+                let values = k.values.iter().map(|(v, n)| (&**key, Some(&**v), n));
+                k.default.iter().map(|n| (&**key, None, n)).chain(values)
+            })
+            .chain(self.wildcards.iter().map(|(p, n)| (&*p.key, None, n)))
     }
 
     pub(super) fn find(&self, key: &str, value: &str) -> Option<&Node> {
+        self.find_via(key, value).map(|(node, _)| node)
+    }
+
+    /// The node an entry matches, and how.
+    pub(super) fn find_via(&self, key: &str, value: &str) -> Option<(&Node, Via<'_>)> {
         let by_key = self.keys.get(key);
         if let Some(node) = by_key.and_then(|k| k.values.get(value)) {
-            return Some(node);
+            return Some((node, Via::Exact));
         }
         if !self.wildcards.is_empty() {
             let composite = format!("{key}_{value}");
-            if let Some((_, node)) = self.wildcards.iter().find(|(p, _)| p.matches(&composite)) {
-                return Some(node);
+            if let Some((p, node)) = self.wildcards.iter().find(|(p, _)| p.matches(&composite)) {
+                return Some((node, Via::Wildcard(p)));
             }
         }
-        by_key.and_then(|k| k.default.as_ref())
+        by_key
+            .and_then(|k| k.default.as_ref())
+            .map(|node| (node, Via::KeyOnly))
     }
 }
 
@@ -168,12 +203,12 @@ impl Domain {
         let mut level = &self.root;
         // Only domains that share counters or put runtime values in metrics
         // need the path walked; the others match without allocating.
-        let mut walked: Vec<&Node> = Vec::new();
+        let mut walked: Vec<(&Node, Via<'_>)> = Vec::new();
         let last = entries.len().checked_sub(1)?;
         for (i, (k, v)) in entries.iter().enumerate() {
-            let node = level.find(k.as_ref(), v.as_ref())?;
+            let (node, via) = level.find_via(k.as_ref(), v.as_ref())?;
             if self.needs_path {
-                walked.push(node);
+                walked.push((node, via));
             }
             if i == last {
                 let rule = node.rule.as_ref()?;
@@ -194,31 +229,37 @@ impl Domain {
     }
 }
 
-fn shared<'a>(walked: &[&'a Node]) -> Vec<(usize, &'a str)> {
+fn shared<'a>(walked: &[(&'a Node, Via<'_>)]) -> Vec<(usize, &'a str)> {
     walked
         .iter()
         .enumerate()
-        .filter_map(|(i, n)| n.shared_value.as_deref().map(|v| (i, v)))
+        .filter_map(|(i, (n, _))| n.shared_value.as_deref().map(|v| (i, v)))
         .collect()
 }
 
-fn metric_path<S: AsRef<str>>(rule: &Rule, walked: &[&Node], entries: &[(S, S)]) -> Option<String> {
+fn metric_path<S: AsRef<str>>(
+    rule: &Rule,
+    walked: &[(&Node, Via<'_>)],
+    entries: &[(S, S)],
+) -> Option<String> {
     // A level that shares its counter (`share_threshold`) is named by its
     // pattern, never by the runtime value, even under `detailed_metric`:
     // the reference's stats name it so, and the values would be unbounded.
     let dynamic =
         |n: &Node| n.shared_value.is_none() && (rule.detailed_metric || n.value_to_metric);
-    if !walked.iter().any(|n| dynamic(n)) {
+    if !walked.iter().any(|(n, _)| dynamic(n)) {
         return None;
     }
     let parts: Vec<String> = walked
         .iter()
         .zip(entries)
-        .map(|(n, (k, v))| match (dynamic(n), v.as_ref().is_empty()) {
-            (true, false) => format!("{}_{}", k.as_ref(), v.as_ref()),
-            (true, true) => k.as_ref().to_owned(),
-            (false, _) => n.element.to_string(),
-        })
+        .map(
+            |((n, via), (k, v))| match (dynamic(n), v.as_ref().is_empty()) {
+                (true, false) => format!("{}_{}", k.as_ref(), v.as_ref()),
+                (true, true) => k.as_ref().to_owned(),
+                (false, _) => via.element(k.as_ref(), v.as_ref()),
+            },
+        )
         .collect();
     Some(parts.join("."))
 }

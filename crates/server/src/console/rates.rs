@@ -34,8 +34,11 @@ pub type Sample = [u32; 3];
 pub type Place = (usize, usize);
 
 /// A rule that counted and holds no graph: its hits since the last sample,
-/// place, counters and counters at the last sample.
-type Woke = (u64, Place, Arc<RuleStats>, [u64; 3]);
+/// its index among the watched rules, and its counters at the last sample.
+/// An index, not its counters' `Arc`: under a flood across a million
+/// customers a pass finds thousands, and cloning each would write to lines
+/// the requests are counting on.
+type Woke = (u64, usize, [u64; 3]);
 
 /// A configured rule as the sampler watches it: one contiguous list, so a
 /// quiet rule costs one pointer to follow and one comparison.
@@ -88,6 +91,9 @@ pub struct Rates {
     /// Rules with traffic that hold no graph, among those the last sample
     /// looked at.
     pub ungraphed: usize,
+    /// The last pass's woken rules, kept so a pass allocates nothing new
+    /// (at most `walked`).
+    woke: Vec<Woke>,
 }
 
 impl Default for Rates {
@@ -125,6 +131,7 @@ impl Rates {
             snapshot: 0,
             tick: 0,
             ungraphed: 0,
+            woke: Vec::new(),
         }
     }
 
@@ -147,8 +154,8 @@ impl Rates {
             self.snapshot = snapshot;
             self.renew(rules);
         } else {
-            let woke = self.woken();
-            self.admit(woke);
+            self.woken();
+            self.admit();
         }
         self.graphs.retain(|_, g| g.quiet < SAMPLES);
     }
@@ -176,14 +183,15 @@ impl Rates {
     /// The rules of this pass's slice that counted since they were last
     /// looked at and hold no graph: a quiet rule costs one load and one
     /// comparison.
-    fn woken(&mut self) -> Vec<Woke> {
-        let mut woke = Vec::new();
+    fn woken(&mut self) {
+        let woke = &mut self.woke;
+        woke.clear();
         let n = self.rules.len();
         let start = if self.cursor < n { self.cursor } else { 0 };
         let end = n.min(start.saturating_add(self.walked));
         self.cursor = end;
         let slice = self.rules.get_mut(start..end).unwrap_or_default();
-        for w in slice {
+        for (i, w) in (start..).zip(slice) {
             if w.stats.total_hits.load(Relaxed) == w.last[0] {
                 continue;
             }
@@ -191,15 +199,15 @@ impl Rates {
             w.last = read(&w.stats);
             if !self.graphs.contains_key(&(Arc::as_ptr(&w.stats) as usize)) {
                 let hits = w.last[0].saturating_sub(before[0]);
-                woke.push((hits, w.place, w.stats.clone(), before));
+                woke.push((hits, i, before));
             }
         }
-        woke
     }
 
     /// Gives rules that woke a graph, the busiest first; past `max` a
     /// newcomer takes the place of a graphed rule quieter than it lately.
-    fn admit(&mut self, mut woke: Vec<Woke>) {
+    fn admit(&mut self) {
+        let mut woke = std::mem::take(&mut self.woke);
         // Only the busiest `max` can take a place: a flood across a million
         // customers sorts no more than that.
         let cap = self.max.min(woke.len());
@@ -215,7 +223,7 @@ impl Rates {
             quietest.sort_unstable_by_key(|q| std::cmp::Reverse(q.0));
         }
         self.ungraphed = ungraphable;
-        for (hits, place, stats, before) in woke {
+        for &(hits, i, before) in &woke {
             if self.graphs.len() >= self.max {
                 match quietest.pop() {
                     Some((recent, key)) if recent < hits => {
@@ -227,6 +235,8 @@ impl Rates {
                     }
                 }
             }
+            let Some(w) = self.rules.get(i) else { continue };
+            let (place, stats) = (w.place, w.stats.clone());
             let now = read(&stats);
             let key = Arc::as_ptr(&stats) as usize;
             let mut g = Graph {
@@ -240,6 +250,7 @@ impl Rates {
             g.push(delta(now, before), now);
             self.graphs.insert(key, g);
         }
+        self.woke = woke;
     }
 
     /// The samples of the rule counting into `stats`, oldest first: empty

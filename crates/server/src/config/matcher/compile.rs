@@ -115,8 +115,8 @@ impl Compiler<'_> {
                 continue;
             }
             if wild {
-                let pattern = Pattern::new(&composite);
-                let node = self.node(*d, &composite, &full);
+                let pattern = Pattern::new(&composite, &d.key);
+                let (node, _, _) = self.node(*d, &full);
                 level.wildcards.push((pattern, node));
                 continue;
             }
@@ -131,9 +131,13 @@ impl Compiler<'_> {
                 self.duplicate(&d.origin, &full);
                 continue;
             }
-            let value = d.value.clone();
-            let node = self.node(*d, &composite, &full);
-            let slot = level.keys.entry(node.key.clone()).or_default();
+            // Every key is in the map already (`sized`): the node's key is
+            // that map's, and its value the key of the map below.
+            let (node, key, value) = self.node(*d, &full);
+            let slot = match level.keys.get_mut(key.as_str()) {
+                Some(slot) => slot,
+                None => level.keys.entry(key.into_boxed_str()).or_default(),
+            };
             match value {
                 Some(v) => {
                     slot.values.insert(v.into_boxed_str(), node);
@@ -182,7 +186,9 @@ impl Compiler<'_> {
         rule
     }
 
-    fn node(&mut self, d: DescriptorDef, composite: &str, full: &str) -> Node {
+    /// The node of `d`, and `d`'s key and value given back to key the maps
+    /// that hold it.
+    fn node(&mut self, d: DescriptorDef, full: &str) -> (Node, String, Option<String>) {
         let path = &full[self.domain.len() + 1..];
         self.needs_path |= d.share_threshold || d.value_to_metric || d.detailed_metric;
         let rule = match (&d.rate_limit, d.rate_limits.split_first()) {
@@ -208,20 +214,14 @@ impl Compiler<'_> {
         };
         let children =
             (!d.descriptors.is_empty()).then(|| Box::new(self.level(d.descriptors, full)));
-        Node {
+        let node = Node {
             rule,
             children,
             shared_value: d
                 .share_threshold
                 .then(|| Box::from(d.value.as_deref().unwrap_or(&d.key))),
             value_to_metric: d.value_to_metric,
-            element: Box::from(composite),
-            key: Box::from(d.key.as_str()),
-            exact: d
-                .value
-                .as_deref()
-                .filter(|_| !composite.contains('*'))
-                .map(Box::from),
-        }
+        };
+        (node, d.key, d.value)
     }
 }
