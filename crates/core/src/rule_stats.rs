@@ -62,8 +62,10 @@ impl RuleStats {
 /// knowing metrics: the server hands the metrics' rule table (the same
 /// counters across reloads); a load that only checks hands [`Detached`].
 pub trait RuleCounters {
-    /// The counters of the rule at `path` in `domain`.
-    fn counters(&self, domain: &str, path: &str) -> Arc<RuleStats>;
+    /// The counters of the rule at `path` in `domain`. Shared strings, so
+    /// a table that keeps the counters keys them by the rule's own path
+    /// instead of a copy (a million rules, a million strings fewer).
+    fn counters(&self, domain: &Arc<str>, path: &Arc<str>) -> Arc<RuleStats>;
 }
 
 /// Fresh counters for every rule, kept by nothing but the rules.
@@ -71,7 +73,7 @@ pub trait RuleCounters {
 pub struct Detached;
 
 impl RuleCounters for Detached {
-    fn counters(&self, _domain: &str, _path: &str) -> Arc<RuleStats> {
+    fn counters(&self, _domain: &Arc<str>, _path: &Arc<str>) -> Arc<RuleStats> {
         Arc::default()
     }
 }

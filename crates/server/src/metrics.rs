@@ -246,8 +246,8 @@ use service::ServiceMetrics;
 use store::StoreMetrics;
 
 impl RuleCounters for Metrics {
-    fn counters(&self, domain: &str, path: &str) -> Arc<RuleStats> {
-        self.rules.rule(domain, path)
+    fn counters(&self, domain: &Arc<str>, path: &Arc<str>) -> Arc<RuleStats> {
+        self.rules.shared(domain, path)
     }
 }
 

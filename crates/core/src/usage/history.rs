@@ -54,12 +54,12 @@ pub struct Period {
 /// A limit's recent usage.
 #[derive(Debug, Default)]
 pub struct Usage {
-    slots: OnceLock<Box<[Slot]>>,
+    /// Built on the first record: boxed whole, so a rule that never
+    /// records (most of a million per-customer rules, past
+    /// `--max-usage-rules`) holds one pointer, not the totals' room.
+    kept: OnceLock<Box<Kept>>,
     /// The window of the last record, for readers that have no rule.
     window: AtomicU64,
-    /// Completed periods folded into running totals (the exposition's
-    /// histogram); only a scrape takes this lock.
-    pub totals: parking_lot::Mutex<Totals>,
     /// The fleet of histories this one may join (`--max-usage-rules`): a
     /// history costs about 100 KiB, so a million per-customer rules must
     /// not each grow one. None: unbounded (a rule table of its own).
@@ -102,9 +102,17 @@ impl UsageBudget {
     }
 }
 
+/// A kept history: its slots, and completed periods folded into running
+/// totals (the exposition's histogram; only a scrape takes this lock).
+#[derive(Debug)]
+pub struct Kept {
+    slots: Box<[Slot]>,
+    pub totals: parking_lot::Mutex<Totals>,
+}
+
 impl Drop for Usage {
     fn drop(&mut self) {
-        if let (Some(b), Some(_)) = (&self.budget, self.slots.get()) {
+        if let (Some(b), Some(_)) = (&self.budget, self.kept.get()) {
             b.used.fetch_sub(1, Relaxed);
         }
     }
@@ -129,12 +137,33 @@ impl Usage {
     /// A history that joins `budget` on its first record.
     pub fn within(budget: Arc<UsageBudget>) -> Usage {
         Usage {
-            slots: OnceLock::new(),
+            kept: OnceLock::new(),
             window: AtomicU64::new(0),
-            totals: parking_lot::Mutex::default(),
             budget: Some(budget),
             refused: AtomicBool::new(false),
         }
+    }
+
+    /// A first record: joins the budget and builds the history, or is not
+    /// kept (`None`).
+    fn first(&self) -> Option<&Kept> {
+        if let Some(b) = self.budget.as_ref().filter(|b| !b.take()) {
+            self.refuse(b);
+            return None;
+        }
+        let mut built = false;
+        let kept = self.kept.get_or_init(|| {
+            built = true;
+            Box::new(Kept {
+                slots: (0..SLOTS).map(|_| Slot::new()).collect(),
+                totals: parking_lot::Mutex::default(),
+            })
+        });
+        if let (false, Some(b)) = (built, &self.budget) {
+            // Another first record built it: give the place back.
+            b.used.fetch_sub(1, Relaxed);
+        }
+        Some(kept)
     }
 
     /// Counts this rule refused by `budget`, the first time only.
@@ -151,25 +180,14 @@ impl Usage {
         if from == to && hits == 0 {
             return;
         }
-        let slots = match self.slots.get() {
-            Some(slots) => slots,
-            None => {
-                // A first record joins the budget, or is not kept.
-                if let Some(b) = self.budget.as_ref().filter(|b| !b.take()) {
-                    self.refuse(b);
-                    return;
-                }
-                let mut built = false;
-                let slots = self.slots.get_or_init(|| {
-                    built = true;
-                    (0..SLOTS).map(|_| Slot::new()).collect()
-                });
-                if let (false, Some(b)) = (built, &self.budget) {
-                    // Another first record built it: give the place back.
-                    b.used.fetch_sub(1, Relaxed);
-                }
-                slots
-            }
+        let Some(slots) = self
+            .kept
+            .get()
+            .map(|k| &**k)
+            .or_else(|| self.first())
+            .map(|k| &k.slots)
+        else {
+            return;
         };
         if self.window.load(Relaxed) != window_s {
             self.window.store(window_s, Relaxed);
@@ -211,10 +229,16 @@ impl Usage {
         self.window.load(Relaxed)
     }
 
+    /// The running totals of a kept history; `None` before its first
+    /// record.
+    pub fn totals(&self) -> Option<&parking_lot::Mutex<Totals>> {
+        self.kept.get().map(|k| &k.totals)
+    }
+
     /// The periods within the last `periods` of `window_s`'s period, as of
     /// `now`, oldest first (the current one last, still filling).
     pub fn periods(&self, window_s: u64, now: u64, periods: u64) -> Vec<Period> {
-        let Some(slots) = self.slots.get() else {
+        let Some(slots) = self.kept.get().map(|k| &k.slots) else {
             return Vec::new();
         };
         let len = period_of(window_s);
@@ -238,9 +262,9 @@ impl Usage {
     /// Bytes this limit holds now.
     #[cfg(test)]
     pub fn footprint(&self) -> usize {
-        self.slots
+        self.kept
             .get()
-            .map_or(0, |s| s.len() * (levels::len() * 4 + 16))
+            .map_or(0, |k| k.slots.len() * (levels::len() * 4 + 16))
     }
 }
 

@@ -56,3 +56,16 @@ fn crossings_count_keys_per_level_and_refunds_take_them_back() {
     );
     assert!(u.footprint() < 128 * 1024, "{}", u.footprint());
 }
+
+/// Every configured rule holds a `Usage`, and most of a million
+/// per-customer rules never keep a history: until its first record one
+/// costs a pointer, the window, the budget's and the refusal flag, not its
+/// totals' room (it was 104 bytes).
+#[test]
+fn a_usage_without_history_is_small() {
+    assert!(
+        std::mem::size_of::<Usage>() <= 40,
+        "{}",
+        std::mem::size_of::<Usage>()
+    );
+}

@@ -68,7 +68,7 @@ pub type Exported = (Vec<(f64, u64)>, u64, u64);
 pub fn histogram(usage: &Usage, now: u64) -> Option<Exported> {
     let window = usage.window();
     let current = now / history::period_of(window);
-    let mut totals = usage.totals.lock();
+    let mut totals = usage.totals()?.lock();
     if totals.buckets.is_empty() {
         totals.buckets = vec![0; EXPORTED.len() + 1];
     }

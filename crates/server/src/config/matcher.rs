@@ -16,17 +16,19 @@ use crate::store::FailurePolicy;
 pub struct Rule {
     pub domain: Arc<str>,
     /// The reference's stats key without the domain, e.g. `key1_value1.subkey1`.
-    pub path: Box<str>,
+    pub path: Arc<str>,
     /// The path this limit is shown and counted under: `path`, or for one
     /// limit of a `rate_limits` list `path:name` (or `path:index`).
-    pub label: Box<str>,
+    pub label: Arc<str>,
     pub limit: LimitDef,
     pub name: Option<Box<str>>,
     pub replaces: Box<[Box<str>]>,
     pub shadow_mode: bool,
     pub quota_mode: bool,
     pub detailed_metric: bool,
-    pub metadata: Option<Struct>,
+    /// Boxed: few rules carry metadata, and a million would each carry
+    /// an empty map's room.
+    pub metadata: Option<Box<Struct>>,
     pub stats: Arc<RuleStats>,
     /// This rule's `on_store_failure`.
     pub on_failure: Option<FailurePolicy>,

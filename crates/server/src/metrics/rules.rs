@@ -37,15 +37,21 @@ impl RuleTable {
     }
 
     pub(super) fn rule(&self, domain: &str, path: &str) -> Arc<RuleStats> {
+        self.shared(&Arc::from(domain), &Arc::from(path))
+    }
+
+    /// [`RuleTable::rule`] for a compiled rule: a new entry is keyed by
+    /// the rule's own strings, not copies.
+    pub(super) fn shared(&self, domain: &Arc<str>, path: &Arc<str>) -> Arc<RuleStats> {
         let mut map = self.map.lock();
         // Borrowed lookup first: a reload of a million rules allocates
         // nothing for the ones already counted.
-        if let Some(s) = map.get(domain).and_then(|paths| paths.get(path)) {
+        if let Some(s) = map.get(&**domain).and_then(|paths| paths.get(&**path)) {
             return s.clone();
         }
-        map.entry(domain.into())
+        map.entry(domain.clone())
             .or_default()
-            .entry(path.into())
+            .entry(path.clone())
             .or_insert_with(|| Arc::new(RuleStats::within(self.usage.clone())))
             .clone()
     }

@@ -169,7 +169,7 @@ impl RateLimiter {
         // As the reference: the metadata of every counted descriptor whose
         // status is not OVER_LIMIT (a shadowed one passes).
         if !s.over
-            && let Some(md) = c.rule.and_then(|r| r.metadata.as_ref())
+            && let Some(md) = c.rule.and_then(|r| r.metadata.as_deref())
         {
             v.passed_metadata.push(md);
         }

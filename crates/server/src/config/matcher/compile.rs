@@ -42,7 +42,7 @@ pub fn compile(
         };
         let root = c.level(descriptors, &name);
         let (rules, needs_path) = (c.rules, c.needs_path);
-        let override_stats = counters.counters(&name, "_override");
+        let override_stats = counters.counters(&name, &Arc::from("_override"));
         domains.insert(
             name,
             Domain {
@@ -161,22 +161,24 @@ impl Compiler<'_> {
         &mut self,
         d: &DescriptorDef,
         rl: &RateLimitDef,
-        path: &str,
-        stats_path: &str,
+        path: &Arc<str>,
+        stats_path: Option<&str>,
         also: Box<[Arc<Rule>]>,
     ) -> Arc<Rule> {
+        // A single `rate_limit` is counted under its own path: one string.
+        let label = stats_path.map_or_else(|| path.clone(), Arc::from);
         let rule = Arc::new(Rule {
             domain: self.domain.clone(),
-            path: Box::from(path),
-            label: Box::from(stats_path),
+            stats: self.counters.counters(&self.domain, &label),
+            path: path.clone(),
+            label,
             limit: rl.limit,
             name: rl.name.as_deref().map(Box::from),
             replaces: rl.replaces.iter().map(|r| Box::from(r.as_str())).collect(),
             shadow_mode: d.shadow_mode,
             quota_mode: d.quota_mode,
             detailed_metric: d.detailed_metric,
-            metadata: d.metadata.clone(),
-            stats: self.counters.counters(&self.domain, stats_path),
+            metadata: d.metadata.clone().map(Box::new),
             on_failure: rl.on_failure,
             refundable: rl.refundable,
             leased_allowance: rl.leased_allowance,
@@ -189,10 +191,11 @@ impl Compiler<'_> {
     /// The node of `d`, and `d`'s key and value given back to key the maps
     /// that hold it.
     fn node(&mut self, d: DescriptorDef, full: &str) -> (Node, String, Option<String>) {
-        let path = &full[self.domain.len() + 1..];
+        let path: Arc<str> = Arc::from(full.get(self.domain.len() + 1..).unwrap_or_default());
+        let path = &path;
         self.needs_path |= d.share_threshold || d.value_to_metric || d.detailed_metric;
         let rule = match (&d.rate_limit, d.rate_limits.split_first()) {
-            (Some(rl), _) => Some(self.rule(&d, rl, path, path, Box::default())),
+            (Some(rl), _) => Some(self.rule(&d, rl, path, None, Box::default())),
             (None, Some((first, rest))) => {
                 // Each limit of the list counts under its own stats path.
                 let sub = |i: usize, rl: &RateLimitDef| match &rl.name {
@@ -204,11 +207,11 @@ impl Compiler<'_> {
                     .enumerate()
                     .map(|(i, rl)| {
                         let stats = sub(i + 1, rl);
-                        self.rule(&d, rl, path, &stats, Box::default())
+                        self.rule(&d, rl, path, Some(&stats), Box::default())
                     })
                     .collect();
                 let stats = sub(0, first);
-                Some(self.rule(&d, first, path, &stats, also))
+                Some(self.rule(&d, first, path, Some(&stats), also))
             }
             (None, None) => None,
         };
