@@ -105,31 +105,38 @@ impl Fleets {
         if reading.get(table).is_some_and(|at| at.elapsed() <= fresh) {
             return false;
         }
-        if reading.len() >= MAX_TABLES {
-            reading.retain(|_, at| at.elapsed() <= fresh);
-            if reading.len() >= MAX_TABLES {
-                reading.clear();
-            }
-        }
+        bound(&mut reading, table, |at| at.elapsed() <= fresh);
         reading.insert(table.to_owned(), Instant::now());
         true
     }
 
-    pub(super) fn put(&self, table: &str, members: &[MemberDemand], fresh: Duration) {
+    /// Ends a [`Fleets::claim`]: the read was made (and put, if it read
+    /// a fleet), failed, or was deferred by the budgets. Either way the
+    /// other streams need not wait on it.
+    pub(super) fn release(&self, table: &str) {
         self.reading.lock().remove(table);
+    }
+
+    pub(super) fn put(&self, table: &str, members: &[MemberDemand], fresh: Duration) {
         let mut tables = self.tables.lock();
-        if tables.len() >= MAX_TABLES && !tables.contains_key(table) {
-            tables.retain(|_, read| read.at.elapsed() <= fresh);
-            if tables.len() >= MAX_TABLES {
-                tables.clear();
-            }
-        }
+        bound(&mut tables, table, |read| read.at.elapsed() <= fresh);
         let read = Read {
             at: Instant::now(),
             members: Arc::from(members),
             shares: None,
         };
         tables.insert(table.to_owned(), read);
+    }
+}
+
+/// Room for `table` in `map` within [`MAX_TABLES`]: stale entries go,
+/// then everything.
+fn bound<V>(map: &mut HashMap<String, V>, table: &str, fresh: impl Fn(&V) -> bool) {
+    if map.len() >= MAX_TABLES && !map.contains_key(table) {
+        map.retain(|_, v| fresh(v));
+        if map.len() >= MAX_TABLES {
+            map.clear();
+        }
     }
 }
 

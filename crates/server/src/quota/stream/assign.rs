@@ -124,6 +124,9 @@ impl QuotaStream {
         let mut granted = self.afford(wanted);
         for p in plans.iter_mut().filter(|p| matches!(p, Plan::Call(_))) {
             if granted == 0 {
+                if let Plan::Call(u) = p {
+                    self.shared.fleets.release(&u.table);
+                }
                 *p = Plan::Deferred;
             } else {
                 granted -= 1;
@@ -145,6 +148,8 @@ impl QuotaStream {
                             .fleets
                             .put(&u.table, members, shared.opts.rebalance / 2);
                     }
+                    // Put before released: no stream finds neither.
+                    shared.fleets.release(&u.table);
                     Got::Called(fleet)
                 }
                 Plan::Cached(fleet) => Got::Cached(fleet),
