@@ -7,9 +7,14 @@
 //!
 //! A call whose caller gave up (the store timeout drops it) stays
 //! unanswered until the store answers anything: it was sent, and the store
-//! has said nothing since.
+//! has said nothing since. Where the caller is the only reader of its
+//! answer (memcached), the answer is still listened for, by a
+//! [`Listening`] of its own, so a store whose every answer comes after its
+//! caller left (a flood that spends each wait in sluice's own queue) is
+//! heard answering, not taken for silent.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -24,16 +29,28 @@ pub(crate) struct Calls {
     /// The earliest call given up on since the store last answered.
     abandoned: AtomicU64,
     answered_at: AtomicU64,
+    /// Answers to given-up calls being listened for, and how many may be.
+    listening: AtomicUsize,
+    listen_limit: usize,
 }
 
 impl Calls {
+    /// Calls whose given-up answers nobody listens for (their caller's
+    /// client reads them anyway: a Cluster's).
     pub(crate) fn new() -> Calls {
+        Calls::listening_for(0)
+    }
+
+    /// Calls whose given-up answers are listened for, `limit` at once.
+    pub(crate) fn listening_for(limit: usize) -> Calls {
         Calls {
             base: Instant::now(),
             in_flight: AtomicU64::new(0),
             first_sent: AtomicU64::new(0),
             abandoned: AtomicU64::new(0),
             answered_at: AtomicU64::new(0),
+            listening: AtomicUsize::new(0),
+            listen_limit: limit,
         }
     }
 
@@ -53,6 +70,11 @@ impl Calls {
     /// The store answered a call (counts, or an error in its own words).
     pub(crate) fn answered(&self) {
         self.in_flight.fetch_sub(1, Relaxed);
+        self.answer_heard();
+    }
+
+    /// The store was heard answering, a call given up on included.
+    fn answer_heard(&self) {
         self.answered_at.store(self.now(), Relaxed);
         self.first_sent.store(0, Relaxed);
         self.abandoned.store(0, Relaxed);
@@ -64,6 +86,17 @@ impl Calls {
         let _ = self
             .abandoned
             .fetch_update(Relaxed, Relaxed, |a| (a == 0 || sent < a).then_some(sent));
+    }
+
+    /// Leave to listen for the answer of a call given up on, while fewer
+    /// than the limit are listened for; `None` past it.
+    pub(crate) fn listen(self: &Arc<Self>) -> Option<Listening> {
+        self.listening
+            .fetch_update(Relaxed, Relaxed, |n| {
+                (n < self.listen_limit).then_some(n + 1)
+            })
+            .ok()?;
+        Some(Listening(self.clone()))
     }
 
     /// A call sent now, answered by [`Call::answered`] or abandoned when
@@ -111,6 +144,22 @@ impl Calls {
             oldest = if oldest == 0 { sent } else { oldest.min(sent) };
         }
         (oldest != 0).then(|| Duration::from_millis(now.saturating_sub(oldest.max(answered))))
+    }
+}
+
+/// Listening for the answer to a call given up on (see [`Calls::listen`]).
+pub(crate) struct Listening(Arc<Calls>);
+
+impl Listening {
+    /// The answer came: the store is heard, however late.
+    pub(crate) fn heard(self) {
+        self.0.answer_heard();
+    }
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        self.0.listening.fetch_sub(1, Relaxed);
     }
 }
 

@@ -54,3 +54,26 @@ async fn a_call_dropped_unanswered_is_abandoned() {
     tokio::time::advance(WAIT).await;
     assert!(!c.answered_within(WAIT));
 }
+
+#[tokio::test(start_paused = true)]
+async fn answers_to_given_up_calls_are_listened_for_within_the_limit() {
+    let c = Arc::new(Calls::listening_for(2));
+    let sent = c.sent();
+    c.abandoned(sent);
+    let (a, b) = (c.listen(), c.listen());
+    assert!(a.is_some() && b.is_some());
+    assert!(c.listen().is_none(), "past the limit");
+    tokio::time::advance(WAIT * 2).await;
+    assert!(c.stalled(WAIT), "nothing heard yet");
+    if let Some(a) = a {
+        a.heard();
+    }
+    assert!(!c.stalled(WAIT), "a late answer is an answer");
+    assert_eq!(c.in_flight.load(Relaxed), 0, "counted out once");
+    assert!(c.listen().is_some(), "its place is given back");
+    assert!(
+        Arc::new(Calls::new()).listen().is_none(),
+        "none listened for"
+    );
+    drop(b);
+}

@@ -107,10 +107,12 @@ impl MemcacheStore {
         if config.servers.is_empty() {
             return Err(unavailable("no memcached server given"));
         }
+        // As many answers listened for as connections can be open.
+        let connections = usize::try_from(config.pool_size).unwrap_or(1) * config.servers.len();
         Ok(MemcacheStore {
             config,
             pools: ArcSwapOption::empty(),
-            calls: Arc::new(Calls::new()),
+            calls: Arc::new(Calls::listening_for(connections)),
         })
     }
 
@@ -299,3 +301,7 @@ impl super::Primary for MemcacheStore {
         self.config.servers.join(",")
     }
 }
+
+#[cfg(test)]
+#[path = "memcache_tests.rs"]
+mod tests;

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 mod blame;
+pub(crate) use blame::SILENCE_BOUND;
 mod count;
 mod late;
 mod primary;

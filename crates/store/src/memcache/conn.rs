@@ -22,7 +22,8 @@ const MAX_LINE: u64 = 512;
 /// must never serve another request, which would read the old reply as its
 /// own count.
 pub(super) struct Conn {
-    io: BufStream<TcpStream>,
+    /// Taken only when the connection is dropped with a call out.
+    io: Option<BufStream<TcpStream>>,
     pending: bool,
     calls: Arc<Calls>,
     /// The stamp of the call sent and not yet answered (0: none).
@@ -31,9 +32,32 @@ pub(super) struct Conn {
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        if self.sent != 0 {
-            self.calls.abandoned(self.sent);
+        if self.sent == 0 {
+            return;
         }
+        self.calls.abandoned(self.sent);
+        // Nobody else reads this call's answer: listen for it, so a store
+        // answering only callers that have left is heard, not silent.
+        if let (Some(io), Some(listening), Ok(rt)) = (
+            self.io.take(),
+            self.calls.listen(),
+            tokio::runtime::Handle::try_current(),
+        ) {
+            rt.spawn(listen(io, listening));
+        }
+    }
+}
+
+/// How long the answer to a call given up on is listened for: as long as
+/// the store may be silent before its waits are its own fault.
+const LISTEN_FOR: Duration = crate::resilient::SILENCE_BOUND;
+
+/// Waits for the first byte of a given-up call's answer (one buffered
+/// before the caller left counts), then closes the connection.
+async fn listen(mut io: BufStream<TcpStream>, listening: crate::calls::Listening) {
+    let mut byte = [0u8; 1];
+    if let Ok(Ok(1..)) = tokio::time::timeout(LISTEN_FOR, io.read(&mut byte)).await {
+        listening.heard();
     }
 }
 
@@ -44,6 +68,12 @@ pub(super) struct Found {
 }
 
 impl Conn {
+    fn io(&mut self) -> Result<&mut BufStream<TcpStream>, StoreError> {
+        self.io
+            .as_mut()
+            .ok_or_else(|| unavailable("memcached connection retired"))
+    }
+
     /// Writes a command and reads the first line of its reply; the caller
     /// clears `pending` once it has read the rest.
     pub(super) async fn send(&mut self, cmd: &str) -> Result<String, StoreError> {
@@ -51,17 +81,16 @@ impl Conn {
         if self.sent == 0 {
             self.sent = self.calls.sent();
         }
-        self.io
-            .write_all(cmd.as_bytes())
-            .await
-            .map_err(unavailable)?;
-        self.io.flush().await.map_err(unavailable)?;
+        let io = self.io()?;
+        io.write_all(cmd.as_bytes()).await.map_err(unavailable)?;
+        io.flush().await.map_err(unavailable)?;
         self.line().await
     }
 
     pub(super) async fn line(&mut self) -> Result<String, StoreError> {
         let mut line = String::new();
-        let n = (&mut self.io)
+        let n = self
+            .io()?
             .take(MAX_LINE)
             .read_line(&mut line)
             .await
@@ -222,7 +251,7 @@ impl bb8::ManageConnection for Manager {
             .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
         let _ = stream.set_nodelay(true);
         Ok(Conn {
-            io: BufStream::new(stream),
+            io: Some(BufStream::new(stream)),
             pending: false,
             calls: self.calls.clone(),
             sent: 0,
