@@ -20,9 +20,15 @@ const PAUSE: Duration = Duration::from_millis(8);
 /// Envoy's `timeout` on the ratelimit filter does).
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The clients' own loopback address: Envoys other than the one h2load
+/// floods from 127.0.0.1, so another peer to sluice (whose bounds are per
+/// peer: sharing the flood's, an answer waited behind its 1,024 streams).
+const CLIENTS_FROM: std::net::Ipv4Addr = std::net::Ipv4Addr::new(127, 0, 0, 2);
+
 fn channel(fleet: &Fleet, i: usize) -> RateLimitServiceClient<Channel> {
     let endpoint = Endpoint::from_shared(format!("http://{}", fleet.instances[i].grpc))
         .expect("endpoint")
+        .local_address(Some(CLIENTS_FROM.into()))
         .connect_timeout(Duration::from_millis(500))
         .timeout(CLIENT_TIMEOUT);
     RateLimitServiceClient::new(endpoint.connect_lazy())

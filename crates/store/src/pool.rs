@@ -7,7 +7,7 @@
 use std::fmt::Display;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redis::{Client, ClientTlsConfig, RedisError, TlsCertificates};
@@ -84,32 +84,41 @@ where
         .test_on_check_out(false)
 }
 
-/// The last error a pool's connects met, in the failing party's words.
+/// The last error a pool's connects met, in the failing party's words,
+/// and when.
 #[derive(Debug, Clone, Default)]
-pub(super) struct LastError(Arc<Mutex<Option<String>>>);
+pub(super) struct LastError(Arc<Mutex<Option<(Instant, String)>>>);
 
 impl LastError {
     /// A checkout's failure: the server's or the connect's own error, or
-    /// the last connect error when the checkout timed out waiting.
-    pub(super) fn checkout<E: Display>(&self, e: bb8::RunError<E>) -> StoreError {
+    /// the error a connect met while the checkout waited (`waited`).
+    /// Without one, the checkout waited its time out for a connection
+    /// others held, or for connects still under way: a wait that ran out
+    /// ([`StoreError::Timeout`]), whose blame the safety net decides as
+    /// for any other (a process starved past the connect timeout polls
+    /// the checkout's own timer before the request's).
+    pub(super) fn checkout<E: Display>(&self, e: bb8::RunError<E>, waited: Duration) -> StoreError {
         match e {
             bb8::RunError::User(e) => StoreError::Unavailable(e.to_string()),
-            bb8::RunError::TimedOut => StoreError::Unavailable(match self.get() {
-                Some(why) => why,
-                None => "no connection within the connect timeout".into(),
-            }),
+            bb8::RunError::TimedOut => match self.within(waited) {
+                Some(why) => StoreError::Unavailable(why),
+                None => StoreError::Timeout,
+            },
         }
     }
 
-    fn get(&self) -> Option<String> {
-        self.0.lock().ok().and_then(|g| g.clone())
+    /// The last connect error, if it came within `waited` of now.
+    fn within(&self, waited: Duration) -> Option<String> {
+        let g = self.0.lock().ok()?;
+        let (at, why) = g.as_ref()?;
+        (at.elapsed() <= waited).then(|| why.clone())
     }
 }
 
 impl<E: Display> bb8::ErrorSink<E> for LastError {
     fn sink(&self, error: E) {
         if let Ok(mut g) = self.0.lock() {
-            *g = Some(error.to_string());
+            *g = Some((Instant::now(), error.to_string()));
         }
     }
 
@@ -124,6 +133,8 @@ impl<E: Display> bb8::ErrorSink<E> for LastError {
 pub(super) struct Pooled<M: bb8::ManageConnection> {
     pool: bb8::Pool<M>,
     last: LastError,
+    /// How long a checkout waits.
+    timeout: Duration,
 }
 
 impl<M: bb8::ManageConnection> Clone for Pooled<M> {
@@ -131,6 +142,7 @@ impl<M: bb8::ManageConnection> Clone for Pooled<M> {
         Pooled {
             pool: self.pool.clone(),
             last: self.last.clone(),
+            timeout: self.timeout,
         }
     }
 }
@@ -153,12 +165,19 @@ where
         let pool = builder(size, timeout, &last).build_unchecked(manager);
         // Just built with room for it: this cannot be refused.
         let _ = pool.add(first);
-        Ok(Pooled { pool, last })
+        Ok(Pooled {
+            pool,
+            last,
+            timeout,
+        })
     }
 
     /// A connection, or why there is none.
     pub(super) async fn get(&self) -> Result<bb8::PooledConnection<'_, M>, StoreError> {
-        self.pool.get().await.map_err(|e| self.last.checkout(e))
+        self.pool
+            .get()
+            .await
+            .map_err(|e| self.last.checkout(e, self.timeout))
     }
 }
 
@@ -240,3 +259,7 @@ impl Manager {
             .flatten()
     }
 }
+
+#[cfg(test)]
+#[path = "pool_tests.rs"]
+mod tests;

@@ -217,11 +217,12 @@ impl Resilient {
         }
         let started = Instant::now();
         let result = match tokio::time::timeout(wait, call).await {
-            Ok(r) => r,
             // Waited too long, but no call to the store has, or the runtime
             // itself ran late: the wait was sluice's own (its queue, its
-            // CPU), so not the store's fault.
-            Err(_) if self.blame(wait) == Blame::Sluice => {
+            // CPU), so not the store's fault. A wait inside the call that
+            // ran out first (a pool's checkout, on a runtime starved past
+            // both timers) is judged the same.
+            Ok(Err(StoreError::Timeout)) | Err(_) if self.blame(wait) == Blame::Sluice => {
                 if self.observer.shed() {
                     warn!(
                         wait_ms = wait.as_millis(),
@@ -230,6 +231,7 @@ impl Resilient {
                 }
                 return Err(Undecided::Busy);
             }
+            Ok(r) => r,
             Err(_) => Err(StoreError::Timeout),
         };
         self.outcome(result, started.elapsed())

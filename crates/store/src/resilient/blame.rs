@@ -9,8 +9,9 @@
 //! every measure, so silence decides in the end: once the store has answered
 //! nothing at all for [`SILENCE_BOUND`] since a wait was first judged
 //! sluice's own, every wait that runs out is the store's. A store that
-//! answers no one is thus found out within that bound plus the waits that
-//! trip the breaker, whatever the host's load.
+//! answers no one is thus found out within that bound, plus how late the
+//! thread that would read its answers runs, plus the waits that trip the
+//! breaker, whatever the host's load.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
@@ -61,13 +62,22 @@ impl Silence {
         }
     }
 
-    /// A wait ran out; `sluices_own` is what the evidence says of it, and
-    /// `heard(d)` whether the store was heard answering any call in the
-    /// last `d` (a store whose replies reach sluice late, on a host too
-    /// loaded for any request to get its answer in time, is answering: its
-    /// silence starts again, so only a store that answered nothing for the
-    /// whole bound is found silent).
-    pub(super) fn ran_out(&self, sluices_own: bool, heard: impl Fn(Duration) -> bool) -> Blame {
+    /// A wait ran out; `sluices_own` is what the evidence says of it,
+    /// `reader_late` how late the thread that reads the store's replies
+    /// runs now, and `heard(d)` whether the store was heard answering any
+    /// call in the last `d` (a store whose replies reach sluice late, on a
+    /// host too loaded for any request to get its answer in time, is
+    /// answering: its silence starts again, so only a store that answered
+    /// nothing for the whole bound is found silent). Silence the reader's
+    /// lateness explains is not the store's: its answers may be waiting,
+    /// unread, in their sockets (a flood queued a second on the workers,
+    /// and a memcached answering every call was found silent).
+    pub(super) fn ran_out(
+        &self,
+        sluices_own: bool,
+        reader_late: Duration,
+        heard: impl Fn(Duration) -> bool,
+    ) -> Blame {
         if !sluices_own {
             return Blame::Store;
         }
@@ -77,7 +87,7 @@ impl Silence {
             Err(earlier) => earlier,
         };
         let silent = now.saturating_sub(since);
-        let bound = u64::try_from(SILENCE_BOUND.as_millis()).unwrap_or(u64::MAX);
+        let bound = u64::try_from((SILENCE_BOUND + reader_late).as_millis()).unwrap_or(u64::MAX);
         if silent < bound {
             return Blame::Sluice;
         }
@@ -105,11 +115,13 @@ impl Resilient {
             Some(stalled) => !stalled,
             None => late * 2 >= wait,
         };
+        let reader_late = self.primary.hearing(late).map_or(late, |h| h.reader_late);
         // Heard answering, if only requests that had given up: not silent
         // (a flood can leave every wait running out on a store that
         // answers them all, late).
-        self.silence
-            .ran_out(own, |within| self.primary.answered_within(within))
+        self.silence.ran_out(own, reader_late, |within| {
+            self.primary.answered_within(within)
+        })
     }
 
     /// A timeout's reason, with what the store's clocks said of it: an
