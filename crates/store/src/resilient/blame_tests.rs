@@ -1,4 +1,10 @@
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
 use super::*;
+use crate::resilient::tests::{Fake, Mode, connected, inc, net};
+use crate::{FailurePolicy, Store, StoreError};
 
 const ZERO: Duration = Duration::ZERO;
 
@@ -78,19 +84,27 @@ async fn a_store_heard_answering_during_the_silence_is_not_silent() {
     );
 }
 
+/// A safety net on a fake store, connected, whose calls then go `mode`
+/// and which says `stalled` of them.
+async fn connected_then(
+    mode: Mode,
+    stalled: bool,
+) -> (Arc<Fake>, Arc<Resilient>, CancellationToken) {
+    let fake = Fake::new(Mode::Count);
+    let r = net(&fake, FailurePolicy::Fallback);
+    let token = CancellationToken::new();
+    connected(&r, &token).await;
+    *fake.mode.lock().unwrap() = mode;
+    *fake.stalled.lock().unwrap() = Some(stalled);
+    (fake, r, token)
+}
+
 /// A trip's reason says what the store's clocks said: how long it was
 /// silent and how late its replies were read, so an operator can tell a
 /// store gone from one silent just past [`QUIET`](super::QUIET).
 #[tokio::test(start_paused = true)]
 async fn a_timeout_trip_says_how_long_the_store_was_silent() {
-    use crate::resilient::tests::{Fake, Mode, connected, inc, net};
-    use crate::{FailurePolicy, Store};
-    let fake = Fake::new(Mode::Count);
-    let r = net(&fake, FailurePolicy::Fallback);
-    let token = tokio_util::sync::CancellationToken::new();
-    connected(&r, &token).await;
-    *fake.mode.lock().unwrap() = Mode::Hang;
-    *fake.stalled.lock().unwrap() = Some(true);
+    let (_fake, r, token) = connected_then(Mode::Hang, true).await;
     while r.health().healthy {
         r.increment(&[inc("a")]).await.unwrap();
     }
@@ -109,14 +123,7 @@ async fn a_timeout_trip_says_how_long_the_store_was_silent() {
 /// that ran out, judged like any other.
 #[tokio::test(start_paused = true)]
 async fn a_wait_inside_the_call_that_ran_out_is_judged_like_any_other() {
-    use crate::resilient::tests::{Fake, Mode, connected, inc, net};
-    use crate::{FailurePolicy, Store, StoreError};
-    let fake = Fake::new(Mode::Count);
-    let r = net(&fake, FailurePolicy::Fallback);
-    let token = tokio_util::sync::CancellationToken::new();
-    connected(&r, &token).await;
-    *fake.mode.lock().unwrap() = Mode::TimesOut;
-    *fake.stalled.lock().unwrap() = Some(false);
+    let (fake, r, token) = connected_then(Mode::TimesOut, false).await;
     for _ in 0..40 {
         let e = r.increment(&[inc("a")]).await.unwrap_err();
         assert!(matches!(e, StoreError::Busy(_)), "{e}");
