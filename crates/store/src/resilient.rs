@@ -226,7 +226,7 @@ impl Resilient {
                 if self.observer.shed() {
                     warn!(
                         wait_ms = wait.as_millis(),
-                        "a request waited past its store timeout in sluice's own queue while the store was answering; shed, not counted against the store (logged once per 10 s)"
+                        "a request waited past its store timeout with no sign the store was at fault (sluice's own queue or CPU); shed, not counted against the store (logged once per 10 s)"
                     );
                 }
                 return Err(Undecided::Busy);

@@ -170,7 +170,7 @@ impl Resilient {
             Err(Undecided::Store) => Ok(self.by_policy(&own().collect::<Vec<_>>())),
             Err(Undecided::Busy) => super::super::shed(
                 own(),
-                "no store answer in time while the store was answering others",
+                "no store answer in time, and no sign the store was at fault",
             ),
         }
     }
