@@ -17,7 +17,24 @@ use sluice::reference_env;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+// mimalloc's own collect: frees what it holds for later use and purges
+// what is pending, now (the `mimalloc` crate links it; its "extended"
+// feature would only declare this).
+unsafe extern "C" {
+    fn mi_collect(force: bool);
+}
+
+/// Run after a reload's replaced rules are freed: without it, mimalloc
+/// kept their pages resident in a process that then allocated nothing
+/// (a million rules: 0.96 to 1.21 GB after a reload against 0.65 before).
+fn purge_freed_rules() {
+    // SAFETY: mi_collect takes no pointers and may be called from any
+    // thread at any time; it only returns memory mimalloc no longer uses.
+    unsafe { mi_collect(true) }
+}
+
 fn main() -> ExitCode {
+    sluice_server::config::after_freeing(purge_freed_rules);
     // Started as the reference is (`/bin/ratelimit` in the image, Envoy
     // Gateway's command): its environment decides, not sluice's flags.
     let invoked = std::env::args_os().next().unwrap_or_default();

@@ -17,6 +17,7 @@ use super::{
 use crate::rule_stats::RuleCounters;
 
 mod retire;
+pub use retire::after_freeing;
 pub(crate) use retire::retired;
 
 /// Who hears how the rules load (the metrics, watching from the side): it

@@ -22,6 +22,7 @@ use std::sync::Arc;
 pub use bucket::{BucketMatch, MAX_BUCKET_ENTRIES};
 pub use error::{ConfigError, LoadError};
 pub use explain::{Explanation, How, Reach, Shape, Step};
+pub use live::after_freeing;
 pub(crate) use live::retired;
 pub use live::{ConfigStatus, LiveRules, Loaded, Reload, RulesObserver};
 pub(crate) use matcher::FastMap;

@@ -63,3 +63,23 @@ fn a_reload_leaves_the_old_rules_to_the_retiring_thread() {
     });
     assert!(freed);
 }
+
+static PURGES: AtomicU64 = AtomicU64::new(0);
+
+fn count_purge() {
+    PURGES.fetch_add(1, Relaxed);
+}
+
+/// The allocator's purge runs once replaced rules are freed, on the
+/// retiring thread (the binary hands mimalloc's collect).
+#[test]
+fn freeing_a_snapshot_runs_the_hook_after_it() {
+    after_freeing(count_purge);
+    let before = PURGES.load(Relaxed);
+    retire(Arc::new(0u8));
+    let purged = (0..5000).any(|_| {
+        std::thread::sleep(Duration::from_millis(1));
+        PURGES.load(Relaxed) > before
+    });
+    assert!(purged, "no purge after a snapshot was freed");
+}
