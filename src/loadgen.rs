@@ -72,6 +72,14 @@ pub struct LoadPlan {
     pub rate: Option<f64>,
 }
 
+/// One request as the run saw it: when it was due (or sent, closed loop)
+/// and how long its answer took, both in microseconds from the start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sample {
+    pub due_us: u32,
+    pub latency_us: u32,
+}
+
 /// What a run measured.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
@@ -81,9 +89,18 @@ pub struct Report {
     pub errors: u64,
     /// Sorted latencies in microseconds.
     latencies: Vec<u32>,
+    /// Every request in the order it was due, for a reader that sets
+    /// latencies beside what else happened in the run (`make bench` sets
+    /// them beside reloads).
+    samples: Vec<Sample>,
 }
 
 impl Report {
+    /// Every request, in the order it was due.
+    pub fn samples(&self) -> &[Sample] {
+        &self.samples
+    }
+
     pub fn requests(&self) -> u64 {
         self.ok + self.over_limit + self.errors
     }
@@ -179,24 +196,46 @@ struct Outcomes {
     ok: u64,
     over_limit: u64,
     errors: u64,
-    latencies: Vec<u32>,
+    samples: Vec<Sample>,
 }
 
 impl Outcomes {
     fn record(
         &mut self,
+        started: Instant,
         since: Instant,
         answer: Result<
             tonic::Response<envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse>,
             tonic::Status,
         >,
     ) {
-        let micros = u32::try_from(since.elapsed().as_micros()).unwrap_or(u32::MAX);
-        self.latencies.push(micros);
+        let micros = |d: Duration| u32::try_from(d.as_micros()).unwrap_or(u32::MAX);
+        self.samples.push(Sample {
+            due_us: micros(since.saturating_duration_since(started)),
+            latency_us: micros(since.elapsed()),
+        });
         match answer.map(|r| r.into_inner().overall_code) {
             Ok(c) if c == Code::OverLimit as i32 => self.over_limit += 1,
             Ok(_) => self.ok += 1,
             Err(_) => self.errors += 1,
+        }
+    }
+}
+
+impl Outcomes {
+    /// The report of a run that took `elapsed`: samples in due order,
+    /// latencies sorted for the percentiles.
+    fn report(mut self, elapsed: Duration) -> Report {
+        self.samples.sort_unstable_by_key(|s| s.due_us);
+        let mut latencies: Vec<u32> = self.samples.iter().map(|s| s.latency_us).collect();
+        latencies.sort_unstable();
+        Report {
+            elapsed,
+            ok: self.ok,
+            over_limit: self.over_limit,
+            errors: self.errors,
+            latencies,
+            samples: self.samples,
         }
     }
 }
@@ -247,18 +286,10 @@ pub async fn run(plan: LoadPlan) -> Result<Report, BenchError> {
             total.ok += t.ok;
             total.over_limit += t.over_limit;
             total.errors += t.errors;
-            total.latencies.extend(t.latencies);
+            total.samples.extend(t.samples);
         }
     }
-    let elapsed = started.elapsed();
-    total.latencies.sort_unstable();
-    Ok(Report {
-        elapsed,
-        ok: total.ok,
-        over_limit: total.over_limit,
-        errors: total.errors,
-        latencies: total.latencies,
-    })
+    Ok(total.report(started.elapsed()))
 }
 
 async fn worker(
@@ -277,7 +308,7 @@ async fn worker(
         let answer = client
             .should_rate_limit(request(&plan, i % plan.keys.max(1)))
             .await;
-        tally.record(sent, answer);
+        tally.record(started, sent, answer);
     }
 }
 
@@ -327,7 +358,7 @@ async fn open_loop(
                 .should_rate_limit(request(&plan, i % plan.keys.max(1)))
                 .await;
             if let Ok(mut t) = tally.lock() {
-                t.record(due, answer);
+                t.record(started, due, answer);
             }
             drop(slot);
         }));

@@ -96,3 +96,39 @@ fn an_unreachable_target_is_an_error_not_a_report() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot connect to 127.0.0.1:1"));
 }
+
+#[test]
+fn samples_give_every_request_its_due_time_in_order() {
+    let s = Sluice::start(&[("bench.yaml", RULES)], &[]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("samples");
+    let v = bench(
+        &s,
+        &[
+            "--descriptor",
+            "ip=due{n}",
+            "--keys",
+            "1000",
+            "--rate",
+            "100",
+            "--duration",
+            "1s",
+            "--samples",
+            path.to_str().expect("a path in UTF-8"),
+        ],
+    );
+    let text = std::fs::read_to_string(&path).expect("the samples file");
+    let rows: Vec<(u64, u64)> = text
+        .lines()
+        .map(|l| {
+            let (due, latency) = l.split_once(' ').expect("two fields");
+            (due.parse().expect("due"), latency.parse().expect("latency"))
+        })
+        .collect();
+    assert_eq!(rows.len(), 100, "{v}");
+    assert!(rows.windows(2).all(|w| w[0].0 <= w[1].0), "in due order");
+    // At 100 a second request i is due i * 10 ms from the start.
+    assert_eq!(rows[50].0 / 1000, 500, "{:?}", rows[50]);
+    let slowest = rows.iter().map(|r| r.1).max().unwrap_or_default();
+    assert_eq!(slowest, v["max_us"].as_u64().unwrap_or_default());
+}

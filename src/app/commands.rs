@@ -89,6 +89,18 @@ fn check_envoy(rules: &crate::config::Rules, args: &CheckArgs) -> ExitCode {
     }
 }
 
+/// `--samples`: one `due_us latency_us` line per request.
+fn write_samples(
+    path: &std::path::Path,
+    samples: &[crate::loadgen::Sample],
+) -> std::io::Result<()> {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for s in samples {
+        writeln!(out, "{} {}", s.due_us, s.latency_us)?;
+    }
+    out.flush()
+}
+
 pub fn bench(args: BenchArgs) -> Result<ExitCode, AppError> {
     let plan = crate::loadgen::LoadPlan {
         target: args.target,
@@ -108,6 +120,10 @@ pub fn bench(args: BenchArgs) -> Result<ExitCode, AppError> {
         .build()
         .context("starting the async runtime")?;
     let report = runtime.block_on(crate::loadgen::run(plan))?;
+    if let Some(path) = &args.samples {
+        write_samples(path, report.samples())
+            .with_context(|| format!("writing samples to {}", path.display()))?;
+    }
     let text = if args.json {
         report.json()
     } else {

@@ -164,6 +164,11 @@ pub struct BenchArgs {
     /// Print one line of JSON instead of text.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Also write every request to this file, one line each in the order
+    /// they were due: microseconds from the start it was due (or sent),
+    /// then its latency in microseconds.
+    #[arg(long)]
+    pub(crate) samples: Option<PathBuf>,
 }
 
 #[derive(Args)]
