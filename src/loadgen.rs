@@ -220,9 +220,7 @@ impl Outcomes {
             Err(_) => self.errors += 1,
         }
     }
-}
 
-impl Outcomes {
     /// The report of a run that took `elapsed`: samples in due order,
     /// latencies sorted for the percentiles.
     fn report(mut self, elapsed: Duration) -> Report {
