@@ -7,9 +7,10 @@
 //! reload, a clock step, a slot migration or the xDS server gone, with the
 //! store healthy, never hands a request to the failure policy.
 //!
-//! A trip within [`FOLLOW_MS`] of the store silent on its own (its pulse
-//! unanswered for [`STALL_MS`], sluice's `QUIET`, see `pulse.rs`) is the
-//! store's fault as sluice defines it: reported apart, not a violation.
+//! A trip within [`FOLLOW_MS`] of the instance's link silent on its own
+//! (the store through its proxy, its pulse unanswered for [`STALL_MS`],
+//! sluice's `QUIET`, see `pulse.rs`) is the store's fault as sluice
+//! defines it: reported apart, not a violation.
 //!
 //! Checked per instance, once for each fault span the store was healthy in
 //! and once for each quiet span between faults: a `degraded` span that
@@ -20,7 +21,7 @@
 
 use super::checker::{Report, overlaps};
 use super::history::{Fault, History};
-use super::pulse::STALL_MS;
+use super::pulse::{RESOLUTION_MS, STALL_MS};
 
 pub const BREAKER: &str = "breaker trips only on a store at fault";
 
@@ -37,10 +38,10 @@ pub fn check(h: &History, instances: usize, r: &mut Report) {
             .into_iter()
             .filter(|e| !excused(h, i, (e.0, e.1)))
             .collect();
-        tripped.retain(|&(from, to, what)| match stall(h, (from, to)) {
+        tripped.retain(|&(from, to, what)| match stall(h, i, (from, to)) {
             Some((start, end)) => {
                 r.stalled_trips.push(format!(
-                    "seed {}: instance {i} {what} between {from} and {to}; the store's pulse went unanswered {} ms from {start}",
+                    "seed {}: instance {i} {what} between {from} and {to}; its link's pulse went unanswered {} ms from {start}",
                     h.seed,
                     end - start
                 ));
@@ -85,12 +86,15 @@ fn excused(h: &History, i: usize, span: (u64, u64)) -> bool {
         .any(|f| out_of_reach(f, i) && overlaps((f.start, f.end + FOLLOW_MS), span))
 }
 
-/// A stall of the store's own pulse near `span`, if one came.
-fn stall(h: &History, span: (u64, u64)) -> Option<(u64, u64)> {
+/// A stall of instance `i`'s link near `span`, if one came.
+fn stall(h: &History, i: usize, span: (u64, u64)) -> Option<(u64, u64)> {
     h.stalls
         .iter()
-        .copied()
-        .find(|&(start, end)| end - start >= STALL_MS && overlaps((start, end + FOLLOW_MS), span))
+        .filter(|s| s.instance == i)
+        .map(|s| (s.start, s.end))
+        .find(|&(start, end)| {
+            end - start >= STALL_MS - RESOLUTION_MS && overlaps((start, end + FOLLOW_MS), span)
+        })
 }
 
 /// Whether `f` puts the store out of instance `i`'s reach (a fault of the
@@ -126,9 +130,11 @@ fn units(h: &History, faults: &[&Fault], i: usize) -> Vec<(String, (u64, u64))> 
 #[cfg(test)]
 mod tests {
     use super::super::checker::Report;
-    use super::super::history::{History, Op, Trip};
+    use super::super::history::{History, Op, Stall, Trip};
 
-    fn run(stalls: Vec<(u64, u64)>) -> Report {
+    /// Instance 0's trip between 5,000 and 5,100, beside `stalls` of
+    /// (instance, start, end).
+    fn run(stalls: &[(usize, u64, u64)]) -> Report {
         let op = |at: u64| Op::admitted("r", "v", at);
         let h = History {
             ops: vec![op(1_000), op(9_000)],
@@ -137,7 +143,14 @@ mod tests {
                 after: 5_000,
                 by: 5_100,
             }],
-            stalls,
+            stalls: stalls
+                .iter()
+                .map(|&(instance, start, end)| Stall {
+                    instance,
+                    start,
+                    end,
+                })
+                .collect(),
             ..History::default()
         };
         let mut r = Report::default();
@@ -146,16 +159,19 @@ mod tests {
     }
 
     /// The 30-minute run at b9eef17: a trip under a request flood, no
-    /// fault applied to the store. With the store's pulse steady it is a
-    /// violation; with the store silent a stall's length near it, it is
-    /// the store's own fault, reported apart.
+    /// fault applied to the store. With the link's pulse steady it is a
+    /// violation; with the link silent a stall's length near it, it is
+    /// the store's own fault, reported apart; a stall of another
+    /// instance's link excuses nothing.
     #[test]
     fn a_trip_is_the_stores_fault_only_when_its_pulse_stalled() {
-        let r = run(vec![]);
+        let r = run(&[]);
         assert_eq!((r.violations.len(), r.stalled_trips.len()), (1, 0));
-        let r = run(vec![(4_900, 4_990)]);
+        let r = run(&[(0, 4_900, 4_990)]);
         assert_eq!(r.violations.len(), 1, "a stall shorter than QUIET");
-        let r = run(vec![(4_880, 4_990)]);
+        let r = run(&[(1, 4_880, 4_990)]);
+        assert_eq!(r.violations.len(), 1, "another instance's link");
+        let r = run(&[(0, 4_880, 4_990)]);
         assert_eq!((r.violations.len(), r.stalled_trips.len()), (0, 1));
         assert!(
             r.stalled_trips[0].contains("unanswered 110 ms"),

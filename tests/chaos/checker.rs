@@ -85,6 +85,9 @@ pub struct Report {
     /// Trips put down to the store itself silent (its pulse unanswered
     /// for a stall, `pulse.rs`) while no fault was applied to it.
     pub stalled_trips: Vec<String>,
+    /// Each trip as the instance logged it, with its reason (what its
+    /// clocks said): so a violation in CI says what sluice saw.
+    pub trip_reasons: Vec<String>,
 }
 
 pub const EXACT: &str = "exact count";

@@ -115,7 +115,7 @@ pub struct Fleet {
     throttle: Mutex<Option<Throttle>>,
     /// The management server, when the rules come over xDS.
     xds: Option<Xds>,
-    logs: Logs,
+    pub logs: Logs,
 }
 
 impl Fleet {

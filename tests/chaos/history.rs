@@ -91,6 +91,14 @@ pub struct Trip {
     pub by: u64,
 }
 
+/// A silence of instance `instance`'s link from `start` to `end`.
+#[derive(Debug, Clone, Copy)]
+pub struct Stall {
+    pub instance: usize,
+    pub start: u64,
+    pub end: u64,
+}
+
 /// A limit change made by a reload at `at`.
 #[derive(Debug, Clone)]
 pub struct LimitChange {
@@ -131,8 +139,9 @@ pub struct History {
     pub faults: Vec<Fault>,
     pub degraded: Vec<Degraded>,
     pub trips: Vec<Trip>,
-    /// When the store's pulse (`pulse.rs`) went unanswered for a stall.
-    pub stalls: Vec<(u64, u64)>,
+    /// When an instance's link (the store through its proxy) went silent
+    /// for a stall, as its pulse (`pulse.rs`) proved.
+    pub stalls: Vec<Stall>,
     pub changes: Vec<LimitChange>,
     pub resets: Vec<Reset>,
     /// On Cluster, the slots the nemesis moved between masters.
@@ -162,8 +171,8 @@ impl History {
             let line = json!({"trip": t.instance, "after": t.after, "by": t.by});
             out.push_str(&format!("{line}\n"));
         }
-        for (start, end) in &self.stalls {
-            let line = json!({"stall": start, "end": end});
+        for st in &self.stalls {
+            let line = json!({"stall": st.instance, "start": st.start, "end": st.end});
             out.push_str(&format!("{line}\n"));
         }
         for c in &self.changes {

@@ -28,4 +28,20 @@ impl Logs {
             let _ = std::fs::write(path, text);
         }
     }
+
+    /// Each instance's lines that hold `needle`, as `instance i: line`.
+    pub fn matching(&self, needle: &str) -> Vec<String> {
+        let logs = self.0.lock().expect("logs");
+        let mut out = Vec::new();
+        for (i, lines) in logs.iter() {
+            let lines = lines.lock().map(|l| l.clone()).unwrap_or_default();
+            out.extend(
+                lines
+                    .iter()
+                    .filter(|l| l.contains(needle))
+                    .map(|l| format!("instance {i}: {l}")),
+            );
+        }
+        out
+    }
 }

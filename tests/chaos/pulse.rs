@@ -1,63 +1,197 @@
-//! The store's pulse, taken beside the fleet: a ping every 10 ms on a
-//! connection of the harness's own, straight to the store (no proxy), and
-//! each round trip of [`STALL_MS`] or more recorded as a stall.
+//! The link's pulse, taken beside each instance: a ping every [`EVERY_MS`]
+//! on a connection of the harness's own through that instance's proxy
+//! (the same thread carries the instance's connections, `proxy.rs`), and
+//! each silence of [`STALL_MS`] or more recorded as a stall of that
+//! instance's link.
 //!
 //! sluice puts a wait down to its store only when a call has gone
 //! unanswered, with none answered since, for at least `QUIET` (100 ms)
-//! beyond its own lateness ("Stores and failure"). A store that answers
-//! nothing that long is at fault whatever the reason, a host too loaded to
-//! run it included, and a trip it causes is no violation; a trip with the
-//! store's pulse steady is. The pulse runs on Redis and memcached; on a
-//! Sentinel or a Cluster (masters that move) it is not taken, so any trip
-//! there with the store healthy counts against sluice.
+//! beyond its own lateness ("Stores and failure"). A store, or a link,
+//! that answers nothing that long is at fault whatever the reason (a host
+//! too loaded to run it included), and a trip it causes is no violation; a
+//! trip with the link's pulse steady is.
+//!
+//! The pulse measures as sluice does, on a clock of its own that may run
+//! late: pings are sent without waiting for answers, and a silence runs
+//! from the later of the oldest ping owed and the last answer, to the last
+//! time a read began and found nothing. So a pulse thread kept off a core proves no
+//! silence it did not see, and a trip then counts against sluice. It may
+//! read a silence short by [`RESOLUTION_MS`], so a silence that long less
+//! that is a stall.
+//!
+//! The pulse runs on Redis and memcached; on a Sentinel or a Cluster
+//! (masters that move) it is not taken, so any trip there with the store
+//! healthy counts against sluice.
 
-use std::io::{BufRead, BufReader, Write};
+use std::collections::VecDeque;
+use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::history::{Shared, now_ms};
+use super::history::{Shared, Stall, now_ms};
 use super::store::Backend;
 
-/// A round trip this long is a stall: sluice's `QUIET`.
+/// A silence this long is a stall: sluice's `QUIET`.
 pub const STALL_MS: u64 = 100;
-const EVERY: Duration = Duration::from_millis(10);
+const EVERY_MS: u64 = 2;
+/// How much shorter than it was the pulse may read a silence: a ping sent
+/// up to an interval after the store fell silent, and the last look that
+/// proved it still silent up to two before it answered.
+pub const RESOLUTION_MS: u64 = 3 * EVERY_MS;
 
-/// Pings the store at `port` until `until_ms`, recording each stall.
-pub fn pulse(backend: Backend, port: u16, history: &Shared, until_ms: u64) {
+/// Pings the store through the link on `port` (instance `instance`'s
+/// proxy) until `until_ms`, recording each stall.
+pub fn pulse(backend: Backend, instance: usize, port: u16, history: &Shared, until_ms: u64) {
     let ping: &[u8] = match backend {
         Backend::Memcached => b"version\r\n",
         Backend::Redis | Backend::Xds => b"PING\r\n",
         Backend::Sentinel | Backend::Cluster => return,
     };
-    let mut conn: Option<(TcpStream, BufReader<TcpStream>)> = None;
+    let mut beat = Beat::default();
+    let mut conn: Option<TcpStream> = None;
+    let mut buf = [0u8; 4096];
+    let mut next = now_ms();
     while now_ms() < until_ms {
-        std::thread::sleep(EVERY);
-        let sent = now_ms();
-        let started = Instant::now();
-        // A store stopped or killed does not answer: the time until it
-        // does (or the connection fails) is its stall all the same.
-        let answered = conn.as_mut().is_some_and(|c| round_trip(c, ping));
-        if !answered {
+        let Some(c) = conn.as_mut() else {
+            // Refused or unreachable: a look that heard nothing.
+            let at = now_ms();
             conn = connect(port);
+            if conn.is_none() {
+                beat.looked(at);
+                std::thread::sleep(Duration::from_millis(EVERY_MS));
+            }
+            continue;
+        };
+        let now = now_ms();
+        if now >= next {
+            if c.write_all(ping).is_err() {
+                (conn, next) = (beat.lost(), now);
+                continue;
+            }
+            beat.sent(now);
+            next = now + EVERY_MS;
         }
-        let took = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        if took >= STALL_MS {
-            let mut h = history.lock().expect("history");
-            h.stalls.push((sent, sent + took));
+        let wait = next.saturating_sub(now).max(1);
+        let _ = c.set_read_timeout(Some(Duration::from_millis(wait)));
+        match c.read(&mut buf) {
+            Ok(0) => conn = beat.lost(),
+            Ok(n) => {
+                let at = now_ms();
+                for _ in buf[..n].iter().filter(|&&b| b == b'\n') {
+                    if let Some((start, end)) = beat.answered(at) {
+                        let mut h = history.lock().expect("history");
+                        h.stalls.push(Stall {
+                            instance,
+                            start,
+                            end,
+                        });
+                    }
+                }
+            }
+            // Nothing had come when the read began (it would have returned
+            // it), whenever its timer then fired: silent until then.
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                beat.looked(now);
+            }
+            Err(_) => conn = beat.lost(),
         }
     }
 }
 
-fn connect(port: u16) -> Option<(TcpStream, BufReader<TcpStream>)> {
+fn connect(port: u16) -> Option<TcpStream> {
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     s.set_nodelay(true).ok()?;
-    let r = BufReader::new(s.try_clone().ok()?);
-    Some((s, r))
+    Some(s)
 }
 
-fn round_trip((w, r): &mut (TcpStream, BufReader<TcpStream>), ping: &[u8]) -> bool {
-    let mut line = String::new();
-    w.write_all(ping).is_ok() && r.read_line(&mut line).is_ok_and(|n| n > 0)
+/// The pulse's reckoning, apart from its socket (times in ms).
+#[derive(Debug, Default)]
+struct Beat {
+    /// When each ping still owed on this connection was sent.
+    owed: VecDeque<u64>,
+    /// The oldest ping a lost connection left unanswered.
+    lost_since: Option<u64>,
+    last_answer: u64,
+    /// The last time a look found nothing.
+    quiet_until: u64,
+}
+
+impl Beat {
+    fn sent(&mut self, at: u64) {
+        self.owed.push_back(at);
+    }
+
+    fn looked(&mut self, at: u64) {
+        self.quiet_until = self.quiet_until.max(at);
+    }
+
+    /// The connection failed: its pings are owed still (a store stopped or
+    /// killed does not answer), until an answer on the next one. `None`,
+    /// the connection to drop.
+    fn lost(&mut self) -> Option<TcpStream> {
+        if let Some(&first) = self.owed.front() {
+            self.lost_since = Some(self.lost_since.map_or(first, |l| l.min(first)));
+        }
+        self.owed.clear();
+        None
+    }
+
+    /// An answer read at `at`: the stall it ended, if the silence before
+    /// it, as far as a look proved, was a stall's.
+    fn answered(&mut self, at: u64) -> Option<(u64, u64)> {
+        let sent = self.owed.pop_front()?;
+        let owed = self.lost_since.take().map_or(sent, |l| l.min(sent));
+        let since = owed.max(self.last_answer);
+        let until = self.quiet_until;
+        self.last_answer = at;
+        (until >= since + STALL_MS - RESOLUTION_MS).then_some((since, until))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Beat, RESOLUTION_MS, STALL_MS};
+
+    /// Pings every 2 ms from `from`, each look finding nothing, until an
+    /// answer to the first at `at`.
+    fn silent(beat: &mut Beat, from: u64, at: u64) -> Option<(u64, u64)> {
+        for t in (from..at).step_by(2) {
+            beat.sent(t);
+            beat.looked(t + 2);
+        }
+        beat.answered(at)
+    }
+
+    #[test]
+    fn a_silence_counts_only_as_far_as_a_look_proved_it() {
+        let mut beat = Beat::default();
+        beat.sent(0);
+        assert_eq!(beat.answered(1), None, "answered at once");
+        let stall = silent(&mut beat, 10, 130);
+        assert_eq!(stall, Some((10, 130)), "silent 120 ms, looked at all along");
+        let mut beat = Beat::default();
+        assert_eq!(silent(&mut beat, 0, 90), None, "shorter than a stall");
+        // The pulse's own thread off a core: it sent, looked once, then
+        // read the answer 150 ms later; nothing proves the store silent.
+        let mut beat = Beat::default();
+        beat.sent(0);
+        beat.looked(2);
+        assert_eq!(beat.answered(150), None);
+        let mut beat = Beat::default();
+        let short = STALL_MS - RESOLUTION_MS;
+        assert_eq!(silent(&mut beat, 0, short), Some((0, short)));
+    }
+
+    #[test]
+    fn a_lost_connection_owes_its_pings_until_the_next_answers() {
+        let mut beat = Beat::default();
+        beat.sent(0);
+        beat.looked(2);
+        assert!(beat.lost().is_none());
+        // Refused for a while, then a new connection answers.
+        beat.looked(300);
+        beat.sent(300);
+        assert_eq!(beat.answered(301), Some((0, 300)));
+    }
 }
