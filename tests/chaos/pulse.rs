@@ -183,6 +183,47 @@ mod tests {
         assert_eq!(silent(&mut beat, 0, short), Some((0, short)));
     }
 
+    /// A real Redis behind two links, one gone silent for 300 ms: its
+    /// pulse records a stall of about that long, for its instance only
+    /// (a pulse taken straight to Redis saw nothing).
+    #[test]
+    fn a_silent_link_is_a_stall_of_its_instance_alone() {
+        use super::super::history::{History, now_ms};
+        use super::super::proxy::Proxy;
+        use super::super::store::Backend;
+        use std::sync::{Arc, Mutex};
+
+        let redis = crate::common::redis::RedisServer::start();
+        let links = [Proxy::start(redis.port), Proxy::start(redis.port)];
+        let h = Arc::new(Mutex::new(History::default()));
+        let until = now_ms() + 1_500;
+        let pulses: Vec<_> = links
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                let (port, h) = (l.port, h.clone());
+                std::thread::spawn(move || super::pulse(Backend::Redis, i, port, &h, until))
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        links[1].silence();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        links[1].pass();
+        for p in pulses {
+            p.join().expect("pulse");
+        }
+        let h = h.lock().expect("history");
+        let stalls: Vec<_> = h
+            .stalls
+            .iter()
+            .map(|s| (s.instance, s.end - s.start))
+            .collect();
+        assert!(
+            matches!(stalls[..], [(1, ms)] if ms >= STALL_MS),
+            "{stalls:?}"
+        );
+    }
+
     #[test]
     fn a_lost_connection_owes_its_pings_until_the_next_answers() {
         let mut beat = Beat::default();
