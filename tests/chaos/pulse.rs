@@ -63,18 +63,14 @@ pub fn pulse(backend: Backend, instance: usize, port: u16, history: &Shared, unt
             continue;
         };
         let now = now_ms();
-        if now >= next {
-            if c.write_all(ping).is_err() {
-                (conn, next) = (beat.lost(), now);
-                continue;
-            }
+        if now >= next && c.write_all(ping).is_ok() {
             beat.sent(now);
             next = now + EVERY_MS;
         }
         let wait = next.saturating_sub(now).max(1);
         let _ = c.set_read_timeout(Some(Duration::from_millis(wait)));
-        match c.read(&mut buf) {
-            Ok(0) => conn = beat.lost(),
+        let read = match c.read(&mut buf) {
+            Ok(0) => Found::Closed,
             Ok(n) => {
                 let at = now_ms();
                 for _ in buf[..n].iter().filter(|&&b| b == b'\n') {
@@ -87,15 +83,36 @@ pub fn pulse(backend: Backend, instance: usize, port: u16, history: &Shared, unt
                         });
                     }
                 }
+                Found::Bytes
             }
             // Nothing had come when the read began (it would have returned
             // it), whenever its timer then fired: silent until then.
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                beat.looked(now);
+                Found::Nothing
             }
-            Err(_) => conn = beat.lost(),
+            Err(_) => Found::Closed,
+        };
+        // Closed or failed without an answer (the store down behind the
+        // proxy): silent still; dialled again after a ping's interval, not
+        // at once, so a store that is down costs no busy loop.
+        if read != Found::Bytes {
+            beat.looked(now);
+        }
+        if read == Found::Closed {
+            conn = None;
+            beat.lost();
+            next = now;
+            std::thread::sleep(Duration::from_millis(EVERY_MS));
         }
     }
+}
+
+/// What one read of the link found.
+#[derive(PartialEq)]
+enum Found {
+    Bytes,
+    Nothing,
+    Closed,
 }
 
 fn connect(port: u16) -> Option<TcpStream> {
@@ -127,14 +144,12 @@ impl Beat {
     }
 
     /// The connection failed: its pings are owed still (a store stopped or
-    /// killed does not answer), until an answer on the next one. `None`,
-    /// the connection to drop.
-    fn lost(&mut self) -> Option<TcpStream> {
+    /// killed does not answer), until an answer on the next one.
+    fn lost(&mut self) {
         if let Some(&first) = self.owed.front() {
             self.lost_since = Some(self.lost_since.map_or(first, |l| l.min(first)));
         }
         self.owed.clear();
-        None
     }
 
     /// An answer read at `at`: the stall it ended, if the silence before
@@ -229,7 +244,7 @@ mod tests {
         let mut beat = Beat::default();
         beat.sent(0);
         beat.looked(2);
-        assert!(beat.lost().is_none());
+        beat.lost();
         // Refused for a while, then a new connection answers.
         beat.looked(300);
         beat.sent(300);
