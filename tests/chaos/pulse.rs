@@ -49,7 +49,6 @@ pub fn pulse(backend: Backend, instance: usize, port: u16, history: &Shared, unt
     };
     let mut beat = Beat::default();
     let mut conn: Option<TcpStream> = None;
-    let mut buf = [0u8; 4096];
     let mut next = now_ms();
     while now_ms() < until_ms {
         let Some(c) = conn.as_mut() else {
@@ -69,32 +68,16 @@ pub fn pulse(backend: Backend, instance: usize, port: u16, history: &Shared, unt
         }
         let wait = next.saturating_sub(now).max(1);
         let _ = c.set_read_timeout(Some(Duration::from_millis(wait)));
-        let read = match c.read(&mut buf) {
-            Ok(0) => Found::Closed,
-            Ok(n) => {
-                let at = now_ms();
-                for _ in buf[..n].iter().filter(|&&b| b == b'\n') {
-                    if let Some((start, end)) = beat.answered(at) {
-                        let mut h = history.lock().expect("history");
-                        h.stalls.push(Stall {
-                            instance,
-                            start,
-                            end,
-                        });
-                    }
-                }
-                Found::Bytes
-            }
-            // Nothing had come when the read began (it would have returned
-            // it), whenever its timer then fired: silent until then.
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                Found::Nothing
-            }
-            Err(_) => Found::Closed,
-        };
-        // Closed or failed without an answer (the store down behind the
-        // proxy): silent still; dialled again after a ping's interval, not
-        // at once, so a store that is down costs no busy loop.
+        let read = read_once(c, &mut beat, |stall| {
+            history.lock().expect("history").stalls.push(Stall {
+                instance,
+                start: stall.0,
+                end: stall.1,
+            })
+        });
+        // Nothing yet, or closed without an answer (the store down behind
+        // the proxy): silent still. A closed link is dialled again after a
+        // ping's interval, not at once, so a store down costs no busy loop.
         if read != Found::Bytes {
             beat.looked(now);
         }
@@ -104,6 +87,28 @@ pub fn pulse(backend: Backend, instance: usize, port: u16, history: &Shared, unt
             next = now;
             std::thread::sleep(Duration::from_millis(EVERY_MS));
         }
+    }
+}
+
+/// One read of the link: each answer it brought is reckoned, and a stall
+/// one ended is handed to `stalled`.
+fn read_once(c: &mut TcpStream, beat: &mut Beat, mut stalled: impl FnMut((u64, u64))) -> Found {
+    let mut buf = [0u8; 4096];
+    match c.read(&mut buf) {
+        Ok(0) => Found::Closed,
+        Ok(n) => {
+            let at = now_ms();
+            for _ in buf[..n].iter().filter(|&&b| b == b'\n') {
+                if let Some(stall) = beat.answered(at) {
+                    stalled(stall);
+                }
+            }
+            Found::Bytes
+        }
+        // Nothing had come when the read began (it would have returned
+        // it), whenever its timer then fired: silent until then.
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => Found::Nothing,
+        Err(_) => Found::Closed,
     }
 }
 
