@@ -34,13 +34,15 @@ impl Logs {
         let logs = self.0.lock().expect("logs");
         let mut out = Vec::new();
         for (i, lines) in logs.iter() {
-            let lines = lines.lock().map(|l| l.clone()).unwrap_or_default();
-            out.extend(
-                lines
-                    .iter()
-                    .filter(|l| l.contains(needle))
-                    .map(|l| format!("instance {i}: {l}")),
-            );
+            // Only the lines that match are copied, not the whole log.
+            if let Ok(lines) = lines.lock() {
+                out.extend(
+                    lines
+                        .iter()
+                        .filter(|l| l.contains(needle))
+                        .map(|l| format!("instance {i}: {l}")),
+                );
+            }
         }
         out
     }
