@@ -82,8 +82,9 @@ pub struct Report {
     /// (fault kind or "none", promise) -> windows or answers checked.
     pub table: BTreeMap<(String, &'static str), Tally>,
     pub violations: Vec<String>,
-    /// Trips put down to the store itself silent (its pulse unanswered
-    /// for a stall, `pulse.rs`) while no fault was applied to it.
+    /// Trips put down to the instance's link silent (the store through
+    /// its proxy, its pulse unanswered for a stall, `pulse.rs`) while no
+    /// fault was applied to it.
     pub stalled_trips: Vec<String>,
     /// Each trip as the instance logged it, with its reason (what its
     /// clocks said): so a violation in CI says what sluice saw.
