@@ -16,6 +16,9 @@
 //! `RULES_SIZES=10,10000` to choose the sizes, `RULES_FLAGS` to add flags
 //! to `sluice serve` (`--reload-nice 20`), `RULES_ROUNDS` for more than
 //! three reloads (and twice as many throughput pairs).
+//! `RULES_SERVER_CPUS` and `RULES_CLIENT_CPUS` (lists as `taskset -c` reads
+//! them, `0-1`, `2,3`) pin the servers and the load generator to CPUs of
+//! their own, on a host with cores to spare; unset, all share every core.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -79,7 +82,7 @@ fn bench(
     secs: f64,
     samples: Option<&Path>,
 ) -> serde_json::Value {
-    let mut c = Command::new(release_bin());
+    let mut c = pinned("RULES_CLIENT_CPUS", &release_bin());
     c.args([
         "bench",
         "--json",
@@ -98,6 +101,38 @@ fn bench(
     }
     let out = c.output().expect("bench");
     serde_json::from_slice(&out.stdout).unwrap_or_default()
+}
+
+/// `program`, under `taskset -c` when the variable `cpus` names CPUs.
+fn pinned(cpus: &str, program: &str) -> Command {
+    match std::env::var(cpus) {
+        Ok(list) if !list.trim().is_empty() => {
+            let mut c = Command::new("taskset");
+            c.args(["-c", list.trim(), program]);
+            c
+        }
+        _ => Command::new(program),
+    }
+}
+
+/// Pins every thread of a started server to `RULES_SERVER_CPUS`, if set;
+/// threads it starts later inherit the mask from the one that starts them.
+fn pin_server(s: &Sluice) {
+    let Ok(list) = std::env::var("RULES_SERVER_CPUS") else {
+        return;
+    };
+    if list.trim().is_empty() {
+        return;
+    }
+    let status = Command::new("taskset")
+        .args(["-a", "-p", "-c", list.trim(), &s.pid().to_string()])
+        .stdout(Stdio::null())
+        .status()
+        .expect("taskset");
+    assert!(
+        status.success(),
+        "taskset could not pin the server to {list}"
+    );
 }
 
 /// Requests a second of `s`, closed loop, for 4 s.
@@ -131,6 +166,7 @@ fn one(n: usize, base: &Sluice) -> Row {
     flags.extend(extra.split_whitespace());
     let s = Sluice::start_in(dir.path(), &flags);
     let ready_s = started.elapsed().as_secs_f64();
+    pin_server(&s);
     let rss = peak(s.pid());
     // The same 100,000 customers at every size.
     let keys = 100_000;
@@ -301,6 +337,7 @@ fn main() {
     let base_dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(base_dir.path().join("customers.yaml"), customers(10, 0)).expect("rules");
     let base = Sluice::start_in(base_dir.path(), &[]);
+    pin_server(&base);
     let rows: Vec<Row> = sizes.into_iter().map(|n| one(n, &base)).collect();
     println!(
         "\n| rules | check | check peak | serve ready | serve RSS | req/s | vs 10 rules | p99 at 2,000/s | p99 while reloading | vs no reload | reload seen within |"
