@@ -103,29 +103,31 @@ fn bench(
     serde_json::from_slice(&out.stdout).unwrap_or_default()
 }
 
-/// `program`, under `taskset -c` when the variable `cpus` names CPUs.
-fn pinned(cpus: &str, program: &str) -> Command {
-    match std::env::var(cpus) {
-        Ok(list) if !list.trim().is_empty() => {
-            let mut c = Command::new("taskset");
-            c.args(["-c", list.trim(), program]);
-            c
-        }
-        _ => Command::new(program),
-    }
+/// The CPUs the variable `var` names (a `taskset -c` list), if any.
+fn cpus(var: &str) -> Option<String> {
+    let list = std::env::var(var).ok()?;
+    let list = list.trim();
+    (!list.is_empty()).then(|| list.to_owned())
+}
+
+/// `program`, under `taskset -c` when the variable `var` names CPUs.
+fn pinned(var: &str, program: &str) -> Command {
+    let Some(list) = cpus(var) else {
+        return Command::new(program);
+    };
+    let mut c = Command::new("taskset");
+    c.args(["-c", &list, program]);
+    c
 }
 
 /// Pins every thread of a started server to `RULES_SERVER_CPUS`, if set;
 /// threads it starts later inherit the mask from the one that starts them.
 fn pin_server(s: &Sluice) {
-    let Ok(list) = std::env::var("RULES_SERVER_CPUS") else {
+    let Some(list) = cpus("RULES_SERVER_CPUS") else {
         return;
     };
-    if list.trim().is_empty() {
-        return;
-    }
     let status = Command::new("taskset")
-        .args(["-a", "-p", "-c", list.trim(), &s.pid().to_string()])
+        .args(["-a", "-p", "-c", &list, &s.pid().to_string()])
         .stdout(Stdio::null())
         .status()
         .expect("taskset");
