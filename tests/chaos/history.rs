@@ -4,15 +4,10 @@
 //! clock, which every process here shares.
 
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
+pub use crate::common::pulse::now_ms;
 
 /// How a request was answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

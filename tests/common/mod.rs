@@ -24,6 +24,7 @@ pub mod fake_redis;
 pub mod h2raw;
 pub mod memcache;
 mod metrics;
+pub mod pulse;
 pub mod quota;
 pub mod redis;
 mod rls;
