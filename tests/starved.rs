@@ -164,49 +164,6 @@ fn fleet_with(store: &[&str]) -> Vec<Sluice> {
     fleet
 }
 
-/// A flood of `target` far past what this host can answer, for `secs`
-/// seconds: h2load (C, as the issue's) when installed, each request on a
-/// key of its own that asks Redis; else `sluice bench` on distinct keys.
-fn flood(target: std::net::SocketAddr, secs: u64, dir: &std::path::Path) -> std::process::Child {
-    let quiet = |mut c: std::process::Command| {
-        c.stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("flood")
-    };
-    if std::process::Command::new("h2load")
-        .arg("--version")
-        .output()
-        .is_ok()
-    {
-        let req = request("shop", vec![descriptor(&[("flood", "one")])]);
-        let body = grpc_frame(&req);
-        let file = dir.join(format!("flood-{}.bin", target.port()));
-        std::fs::write(&file, body).expect("body");
-        let mut c = std::process::Command::new("h2load");
-        c.args(["-n", "100000000", "-c", "16", "-m", "64", "-t", "1"])
-            .args(["-D", &secs.to_string()])
-            .args([
-                "-H",
-                "content-type:application/grpc",
-                "-H",
-                "te:trailers",
-                "-d",
-            ])
-            .arg(&file)
-            .arg(format!(
-                "http://{target}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
-            ));
-        return quiet(c);
-    }
-    let mut c = std::process::Command::new(sluice_bin());
-    c.args(["bench", "--target", &target.to_string(), "--domain", "shop"])
-        .args(["--descriptor", "flood={n}", "--keys", "1000000"])
-        .args(["--concurrency", "256", "--connections", "4"])
-        .args(["--duration", &format!("{secs}s")]);
-    quiet(c)
-}
-
 /// Two instances on one healthy redis-server, all on this host, with the
 /// shipped `--redis-timeout` (20 ms): a flood far past capacity against
 /// both starves Redis of CPU too, so its replies come late, but it answers.
@@ -246,7 +203,7 @@ async fn honest_client_beside_a_flood(fleet: &[Sluice], store: &str, pulse_port:
         pulse_port.map(|port| common::pulse::watch(common::pulse::REDIS_PING, port, 14_000));
     let floods: Vec<_> = fleet
         .iter()
-        .map(|s| flood(s.grpc, 14, dir.path()))
+        .map(|s| common::flood::flood(s.grpc, 14, dir.path()))
         .collect();
     let mut clients = [fleet[0].client().await, fleet[1].client().await];
     let (mut admitted, mut refused) = (0, 0);
@@ -372,7 +329,7 @@ async fn a_stopped_redis_is_found_out_under_a_cpu_flood() {
     let dir = tempfile::tempdir().expect("tempdir");
     let floods: Vec<_> = fleet
         .iter()
-        .map(|s| flood(s.grpc, 30, dir.path()))
+        .map(|s| common::flood::flood(s.grpc, 30, dir.path()))
         .collect();
     // Let the flood take hold, then stop Redis.
     let mut clients = [fleet[0].client().await, fleet[1].client().await];
