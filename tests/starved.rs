@@ -199,10 +199,7 @@ async fn a_cpu_flood_with_a_healthy_cluster_never_trips_the_breaker() {
 async fn honest_client_beside_a_flood(fleet: &[Sluice], store: &str, nodes: &[u16]) {
     common::stack::room_in_window(60, 25);
     let dir = tempfile::tempdir().expect("tempdir");
-    let pulses: Vec<_> = nodes
-        .iter()
-        .map(|&port| common::pulse::watch(common::pulse::REDIS_PING, port, 14_000))
-        .collect();
+    let pulses = common::pulse::watch(common::pulse::REDIS_PING, nodes);
     let floods: Vec<_> = fleet
         .iter()
         .map(|s| common::flood::flood(s.grpc, 14, dir.path()))
@@ -233,10 +230,7 @@ async fn honest_client_beside_a_flood(fleet: &[Sluice], store: &str, nodes: &[u1
         .iter()
         .map(|s| metric(&s.get("/metrics").1, "sluice_store_circuit_trips_total").unwrap_or(0.0))
         .sum();
-    let stalls: Vec<_> = pulses
-        .into_iter()
-        .flat_map(|p| p.join().expect("pulse"))
-        .collect();
+    let stalls = pulses.stalls();
     eprintln!(
         "flood: admitted {admitted}, refused {refused}, trips {trips}, stalls (ms) {stalls:?}"
     );

@@ -21,7 +21,8 @@ pub fn pulse(backend: Backend, instance: usize, port: u16, history: &Shared, unt
         Backend::Redis | Backend::Xds => REDIS_PING,
         Backend::Sentinel | Backend::Cluster => return,
     };
-    crate::common::pulse::pulse(ping, port, until_ms, |start, end| {
+    let going = || super::history::now_ms() < until_ms;
+    crate::common::pulse::pulse(ping, port, going, |start, end| {
         let stall = Stall {
             instance,
             start,

@@ -22,9 +22,9 @@
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
-
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A silence this long is a stall: sluice's `QUIET`.
 pub const STALL_MS: u64 = 100;
@@ -46,13 +46,13 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// Sends `ping` (answered in one line) to the store on `port` until
-/// `until_ms`, handing each stall to `stalled` as (start, end) in ms.
-pub fn pulse(ping: &[u8], port: u16, until_ms: u64, mut stalled: impl FnMut(u64, u64)) {
+/// Sends `ping` (answered in one line) to the store on `port` while
+/// `going()` says so, handing each stall to `stalled` as (start, end) in ms.
+pub fn pulse(ping: &[u8], port: u16, going: impl Fn() -> bool, mut stalled: impl FnMut(u64, u64)) {
     let mut beat = Beat::default();
     let mut conn: Option<TcpStream> = None;
     let mut next = now_ms();
-    while now_ms() < until_ms {
+    while going() {
         let Some(c) = conn.as_mut() else {
             // Refused or unreachable: a look that heard nothing.
             let at = now_ms();
@@ -86,19 +86,37 @@ pub fn pulse(ping: &[u8], port: u16, until_ms: u64, mut stalled: impl FnMut(u64,
     }
 }
 
-/// Takes the pulse of the store on `port` for `for_ms` on a thread of its
-/// own; joined, it gives every stall seen as (start, end) in ms.
-pub fn watch(
-    ping: &'static [u8],
-    port: u16,
-    for_ms: u64,
-) -> std::thread::JoinHandle<Vec<(u64, u64)>> {
-    let until = now_ms() + for_ms;
-    std::thread::spawn(move || {
-        let mut stalls = Vec::new();
-        pulse(ping, port, until, |start, end| stalls.push((start, end)));
-        stalls
-    })
+/// The pulses of several stores, each on a thread of its own, taken
+/// until [`Watch::stalls`] is asked for.
+pub struct Watch {
+    pulses: Vec<std::thread::JoinHandle<Vec<(u64, u64)>>>,
+    done: Arc<AtomicBool>,
+}
+
+/// Takes the pulse of each store on `ports` (answering `ping`).
+pub fn watch(ping: &'static [u8], ports: &[u16]) -> Watch {
+    let done = Arc::new(AtomicBool::new(false));
+    let one = |port: u16| {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut stalls = Vec::new();
+            let going = || !done.load(Ordering::Relaxed);
+            pulse(ping, port, going, |start, end| stalls.push((start, end)));
+            stalls
+        })
+    };
+    let pulses = ports.iter().map(|&port| one(port)).collect();
+    Watch { pulses, done }
+}
+
+impl Watch {
+    /// Ends the pulses: every stall any of the stores had, as (start, end)
+    /// in ms.
+    pub fn stalls(self) -> Vec<(u64, u64)> {
+        self.done.store(true, Ordering::Relaxed);
+        let joined = self.pulses.into_iter().map(|p| p.join().expect("pulse"));
+        joined.flatten().collect()
+    }
 }
 
 /// One read of the link: each answer it brought is reckoned, and a stall
