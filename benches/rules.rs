@@ -14,7 +14,9 @@
 //! for series gone) against the p99 of those due in the quiet spells, and
 //! the slowest reload to be seen.
 //! `RULES_SIZES=10,10000` to choose the sizes, `RULES_FLAGS` to add flags
-//! to `sluice serve` (`--reload-nice 20`), `RULES_ROUNDS` for more than
+//! to every `sluice serve` (`--reload-nice 20`), `RULES_STORE=redis` to
+//! count on a redis-server (one per server) instead of in memory,
+//! `RULES_ROUNDS` for more than
 //! three reloads (and twice as many throughput pairs).
 //! `RULES_SERVER_CPUS` and `RULES_CLIENT_CPUS` (lists as `taskset -c` reads
 //! them, `0-1`, `2,3`) pin the servers and the load generator to CPUs of
@@ -157,15 +159,33 @@ struct Row {
     reload_s: f64,
 }
 
+/// The flags every server of the bench takes: `RULES_FLAGS`, and with
+/// `RULES_STORE=redis` a redis-server of its own (one each, so the two
+/// servers measured side by side never count each other's keys).
+fn serve_flags(redis: &mut Vec<common::redis::RedisServer>) -> Vec<String> {
+    let mut flags: Vec<String> = std::env::var("RULES_FLAGS")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    if std::env::var("RULES_STORE").as_deref() == Ok("redis") {
+        let r = common::redis::RedisServer::start();
+        flags.extend(["--redis-url".to_string(), r.url()]);
+        redis.push(r);
+    }
+    flags
+}
+
 fn one(n: usize, base: &Sluice) -> Row {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("customers.yaml");
     std::fs::write(&file, customers(n, 0)).expect("rules");
     let (check_s, check_peak) = check(dir.path());
     let started = Instant::now();
-    let extra = std::env::var("RULES_FLAGS").unwrap_or_default();
+    let mut redis = Vec::new();
+    let extra = serve_flags(&mut redis);
     let mut flags = vec!["--max-rule-file-nodes", "100000000"];
-    flags.extend(extra.split_whitespace());
+    flags.extend(extra.iter().map(String::as_str));
     let s = Sluice::start_in(dir.path(), &flags);
     let ready_s = started.elapsed().as_secs_f64();
     pin_server(&s);
@@ -338,7 +358,10 @@ fn main() {
     // The 10-rule server every size's throughput is set against.
     let base_dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(base_dir.path().join("customers.yaml"), customers(10, 0)).expect("rules");
-    let base = Sluice::start_in(base_dir.path(), &[]);
+    let mut redis = Vec::new();
+    let flags = serve_flags(&mut redis);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let base = Sluice::start_in(base_dir.path(), &flags);
     pin_server(&base);
     let rows: Vec<Row> = sizes.into_iter().map(|n| one(n, &base)).collect();
     println!(
