@@ -21,7 +21,7 @@ pub fn pulse(backend: Backend, instance: usize, port: u16, history: &Shared, unt
         Backend::Redis | Backend::Xds => REDIS_PING,
         Backend::Sentinel | Backend::Cluster => return,
     };
-    let going = || super::history::now_ms() < until_ms;
+    let going = || crate::common::pulse::now_ms() < until_ms;
     crate::common::pulse::pulse(ping, port, going, |start, end| {
         let stall = Stall {
             instance,

@@ -87,7 +87,8 @@ pub fn pulse(ping: &[u8], port: u16, going: impl Fn() -> bool, mut stalled: impl
 }
 
 /// The pulses of several stores, each on a thread of its own, taken
-/// until [`Watch::stalls`] is asked for.
+/// until [`Watch::stalls`] is asked for or the watch is dropped (a test
+/// that panicked leaves no thread pinging a port another test may take).
 pub struct Watch {
     pulses: Vec<std::thread::JoinHandle<Vec<(u64, u64)>>>,
     done: Arc<AtomicBool>,
@@ -112,10 +113,17 @@ pub fn watch(ping: &'static [u8], ports: &[u16]) -> Watch {
 impl Watch {
     /// Ends the pulses: every stall any of the stores had, as (start, end)
     /// in ms.
-    pub fn stalls(self) -> Vec<(u64, u64)> {
+    pub fn stalls(mut self) -> Vec<(u64, u64)> {
         self.done.store(true, Ordering::Relaxed);
-        let joined = self.pulses.into_iter().map(|p| p.join().expect("pulse"));
+        let pulses = std::mem::take(&mut self.pulses);
+        let joined = pulses.into_iter().map(|p| p.join().expect("pulse"));
         joined.flatten().collect()
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::Relaxed);
     }
 }
 
