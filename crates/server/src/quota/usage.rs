@@ -18,6 +18,20 @@ const MAX_BUCKET_BYTES: usize = 4096;
 const MAX_RATE: f64 = 1e7;
 /// Seconds a report may cover.
 const MAX_ELAPSED: f64 = 1e7;
+/// Seconds a report must cover to measure a rate: `time_elapsed` may be
+/// sub-second (a client reporting every 100 ms), but below a millisecond a
+/// count says nothing of a rate.
+const MIN_MEASURED: f64 = 1e-3;
+
+/// Requests offered to a bucket and the seconds they came in.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(in crate::quota) struct Measured {
+    pub requests: u64,
+    pub seconds: f64,
+    /// `time_elapsed` held no nanoseconds: perhaps cut down to the second,
+    /// as Envoy 1.40 sends it.
+    pub whole_seconds: bool,
+}
 
 /// A checked entry.
 pub(super) struct Usage {
@@ -27,8 +41,8 @@ pub(super) struct Usage {
     /// Seconds the counts cover.
     pub elapsed: f64,
     /// Requests offered and the seconds they came in, when measured; none
-    /// on a first report (Envoy reports whole seconds, and 0 then).
-    pub measured: Option<(u64, f64)>,
+    /// on a first report (Envoy sends 0 then).
+    pub measured: Option<Measured>,
 }
 
 impl Usage {
@@ -48,12 +62,16 @@ impl Usage {
         {
             return Err(Skip::Oversized);
         }
-        let elapsed = usage
-            .time_elapsed
-            .map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9);
+        let (elapsed, nanos) = usage.time_elapsed.map_or((0.0, 0), |d| {
+            (d.seconds as f64 + f64::from(d.nanos) / 1e9, d.nanos)
+        });
         let offered = (usage.num_requests_allowed, usage.num_requests_denied);
         let requests = offered.0.saturating_add(offered.1);
-        let measured = (elapsed >= 1.0).then_some((requests, elapsed));
+        let measured = (elapsed >= MIN_MEASURED).then_some(Measured {
+            requests,
+            seconds: elapsed,
+            whole_seconds: nanos == 0,
+        });
         if !(0.0..=MAX_ELAPSED).contains(&elapsed) || requests as f64 > MAX_RATE * elapsed.max(1.0)
         {
             return Err(Skip::BadCounts);

@@ -25,3 +25,23 @@ fn a_count_no_interval_can_hold_is_refused_even_under_a_second() {
     assert!(Usage::check(report(5_000_000, 0)).is_ok());
     assert!(Usage::check(report(40_000_000, 5)).is_ok());
 }
+
+/// `time_elapsed` may be sub-second and carry nanoseconds: such a report is
+/// measured and marked exact; whole seconds are marked as such; a first
+/// report (0) is not measured.
+#[test]
+fn sub_second_and_nanosecond_intervals_are_measured() {
+    let mut r = report(25, 0);
+    r.time_elapsed = Some(PbDuration {
+        seconds: 0,
+        nanos: 250_000_000,
+    });
+    let m = Usage::check(r).expect("ok").measured.expect("measured");
+    assert_eq!((m.requests, m.seconds, m.whole_seconds), (25, 0.25, false));
+    let m = Usage::check(report(10, 5))
+        .expect("ok")
+        .measured
+        .expect("measured");
+    assert!(m.whole_seconds);
+    assert!(Usage::check(report(1, 0)).expect("ok").measured.is_none());
+}

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use crate::quota::estimate::Estimate;
 use crate::quota::share::Assignment;
+use crate::quota::usage::Measured;
 
 /// A bucket's id, its entries sorted.
 pub(super) type Key = Vec<(String, String)>;
@@ -26,6 +27,9 @@ pub(super) struct Tracked<X> {
     /// The reports so far, smoothed.
     pub(super) estimate: Estimate,
     pub(super) last_report: Instant,
+    /// The last gap between two of its reports: a client may report each
+    /// bucket at its own `reporting_interval`, so "gone" is judged by it.
+    pub(super) cadence: Duration,
     pub(super) last_busy: Instant,
     /// What Envoy holds from us.
     pub(super) held: Option<Assignment>,
@@ -61,17 +65,21 @@ impl<X> State<X> {
         }
     }
 
-    /// The domain a report names: the first binds the stream, and every
-    /// later report must name the same. `Err` is the message the stream
-    /// ends with.
+    /// The domain a report names: the first binds the stream, and a later
+    /// report names the same or none at all (`rlqs.proto`: the domain
+    /// "should only be provided in the first report; all subsequent messages
+    /// on the same stream are considered to be in the same domain"). `Err`
+    /// is the message the stream ends with.
     pub(super) fn domain(&mut self, named: &str) -> Result<String, String> {
         match &self.domain {
-            _ if named.is_empty() => Err("usage reports must name the domain".into()),
+            None if named.is_empty() => {
+                Err("the first usage report on a stream must name the domain".into())
+            }
             None => {
                 self.domain = Some(named.to_owned());
                 Ok(named.to_owned())
             }
-            Some(known) if known == named => Ok(named.to_owned()),
+            Some(known) if named.is_empty() || known == named => Ok(known.clone()),
             Some(known) => Err(format!(
                 "the stream's domain is '{known:.64}'; a report named '{named:.64}'"
             )),
@@ -94,6 +102,7 @@ impl<X> State<X> {
                 demand: unknown,
                 estimate: Estimate::default(),
                 last_report: now,
+                cadence: Duration::ZERO,
                 last_busy: now,
                 held: None,
                 written: None,
@@ -109,17 +118,18 @@ impl<X> State<X> {
         &mut self,
         key: &Key,
         busy: bool,
-        measured: Option<(u64, f64)>,
+        measured: Option<Measured>,
         now: Instant,
     ) -> Option<&mut X> {
         let b = self.buckets.get_mut(key)?;
-        let since = now.saturating_duration_since(b.last_report).as_secs_f64();
+        let gap = now.saturating_duration_since(b.last_report);
+        b.cadence = gap;
         b.last_report = now;
         if busy {
             b.last_busy = now;
         }
-        if let Some((requests, reported)) = measured {
-            b.estimate.add(requests, interval(reported, since));
+        if let Some(m) = measured {
+            b.estimate.add(m.requests, interval(m, gap.as_secs_f64()));
             b.demand = b.estimate.claim();
         }
         Some(&mut b.shell)
@@ -148,7 +158,8 @@ impl<X> State<X> {
     }
 
     /// Takes out the buckets that end at `now`: gone first (no report for
-    /// three TTLs), then abandoned (no requests for `abandon_after`).
+    /// three TTLs, or three of its own reporting intervals when longer, up
+    /// to `abandon_after`), then abandoned (no requests for `abandon_after`).
     pub(super) fn expire(
         &mut self,
         now: Instant,
@@ -157,7 +168,8 @@ impl<X> State<X> {
     ) -> Vec<(Key, Tracked<X>, Ending)> {
         let (mut gone, mut idle) = (Vec::new(), Vec::new());
         for (key, b) in &self.buckets {
-            if now.duration_since(b.last_report) > ttl * 3 {
+            let cadence = b.cadence.min(abandon_after).max(ttl);
+            if now.duration_since(b.last_report) > cadence * 3 {
                 gone.push(key.clone());
             } else if now.duration_since(b.last_busy) > abandon_after {
                 idle.push(key.clone());
@@ -200,14 +212,16 @@ impl<X> State<X> {
 #[path = "state_tests.rs"]
 mod tests;
 
-/// The seconds a report covers. Envoy 1.40 sends `time_elapsed` in whole
-/// seconds, cut down (a 4.9 s interval reads 4 s, a quarter more requests a
-/// second than were sent), so the time since the bucket's last report on
-/// this stream, by our clock, is taken when it agrees with Envoy's figure to
-/// within the second it drops; otherwise Envoy's figure (a first report, or
-/// one delayed past its interval).
-fn interval(reported: f64, since_last: f64) -> f64 {
-    if (reported - 0.25..=reported + 1.25).contains(&since_last) {
+/// The seconds a report covers. A client that keeps `time_elapsed` to the
+/// nanosecond is taken at its word. Envoy 1.40 sends whole seconds, cut
+/// down (a 4.9 s interval reads 4 s, a quarter more requests a second than
+/// were sent), so for a whole figure the time since the bucket's last report
+/// on this stream, by our clock, is taken when it agrees with the client's
+/// to within the second it drops; otherwise the client's figure (a first
+/// report, or one delayed past its interval).
+fn interval(m: Measured, since_last: f64) -> f64 {
+    let reported = m.seconds;
+    if m.whole_seconds && (reported - 0.25..=reported + 1.25).contains(&since_last) {
         since_last
     } else {
         reported

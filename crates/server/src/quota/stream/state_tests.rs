@@ -15,6 +15,15 @@ fn key(v: &str) -> Key {
     vec![("name".to_owned(), v.to_owned())]
 }
 
+/// A report's count over whole seconds, as Envoy 1.40 sends it.
+fn whole(requests: u64, seconds: f64) -> Option<Measured> {
+    Some(Measured {
+        requests,
+        seconds,
+        whole_seconds: true,
+    })
+}
+
 fn state_with(keys: &[&str]) -> State<u32> {
     let mut s = State::new(1);
     s.domain("d").expect("binds");
@@ -32,13 +41,26 @@ fn state_with(keys: &[&str]) -> State<u32> {
 #[test]
 fn the_first_report_binds_the_domain_and_others_end_the_stream() {
     let mut s: State<()> = State::new(1);
-    assert!(s.domain("").is_err(), "a report must name the domain");
+    assert!(
+        s.domain("").is_err(),
+        "the first report must name the domain"
+    );
     assert_eq!(s.domain("shop"), Ok("shop".to_owned()));
     assert_eq!(s.domain("shop"), Ok("shop".to_owned()));
     let err = s.domain("other").expect_err("another domain");
     assert!(err.contains("'shop'") && err.contains("'other'"), "{err}");
-    assert!(s.domain("").is_err());
     assert!(s.domain("other").is_err(), "still bound to the first");
+}
+
+/// rlqs.proto: the domain "should only be provided in the first report; all
+/// subsequent messages on the same stream are considered to be in the same
+/// domain". A later report that leaves it out is in the bound domain.
+#[test]
+fn a_later_report_may_leave_the_domain_out() {
+    let mut s: State<()> = State::new(1);
+    assert_eq!(s.domain("shop"), Ok("shop".to_owned()));
+    assert_eq!(s.domain(""), Ok("shop".to_owned()));
+    assert_eq!(s.domain("shop"), Ok("shop".to_owned()));
 }
 
 #[tokio::test(start_paused = true)]
@@ -66,7 +88,7 @@ async fn a_bucket_reported_idle_past_abandon_after_is_abandoned() {
         let now = Instant::now();
         // Envoy reports both every 5 s; only one carries requests.
         s.report(&key("idle"), false, None, now);
-        s.report(&key("busy"), true, Some((15, 5.0)), now);
+        s.report(&key("busy"), true, whole(15, 5.0), now);
         let ended = s.expire(now, TTL, ABANDON);
         if waited <= ABANDON {
             assert!(
@@ -165,13 +187,54 @@ async fn whole_seconds_from_envoy_are_read_by_our_clock() {
     let mut s = state_with(&["a"]);
     for _ in 0..20 {
         advance(Duration::from_millis(4900)).await;
-        s.report(&key("a"), true, Some((3, 4.0)), Instant::now());
+        s.report(&key("a"), true, whole(3, 4.0), Instant::now());
     }
     let rate = s.buckets[&key("a")].estimate.rate();
     assert!((rate - 3.0 / 4.9).abs() < 1e-6, "{rate}");
     // A report long after the last one keeps Envoy's own figure.
     advance(Duration::from_secs(60)).await;
-    s.report(&key("a"), true, Some((600, 5.0)), Instant::now());
+    s.report(&key("a"), true, whole(600, 5.0), Instant::now());
     let rate = s.buckets[&key("a")].estimate.rate();
     assert!(rate > 3.0 / 4.9 * 2.0, "{rate}");
+}
+
+/// A client that keeps `time_elapsed` to the nanosecond (Envoy's PR #46723)
+/// is taken at its word, even where our clock would have read otherwise.
+#[tokio::test(start_paused = true)]
+async fn a_figure_with_nanoseconds_is_taken_at_its_word() {
+    let mut s = state_with(&["a"]);
+    for _ in 0..20 {
+        advance(Duration::from_millis(4900)).await;
+        let exact = Measured {
+            requests: 3,
+            seconds: 4.5,
+            whole_seconds: false,
+        };
+        s.report(&key("a"), true, Some(exact), Instant::now());
+    }
+    let rate = s.buckets[&key("a")].estimate.rate();
+    assert!((rate - 3.0 / 4.5).abs() < 1e-6, "{rate}");
+}
+
+/// A bucket reported at its own, longer `reporting_interval` (60 s, four
+/// TTLs) is not gone between two reports; one that stops is, after three
+/// of its intervals.
+#[tokio::test(start_paused = true)]
+async fn a_bucket_reported_at_its_own_long_interval_is_not_gone() {
+    let mut s = state_with(&["slow"]);
+    let every = Duration::from_secs(60);
+    for _ in 0..3 {
+        advance(every).await;
+        s.report(&key("slow"), true, whole(60, 60.0), Instant::now());
+        assert!(s.expire(Instant::now(), TTL, ABANDON).is_empty());
+    }
+    advance(every * 2).await;
+    assert!(
+        s.expire(Instant::now(), TTL, ABANDON).is_empty(),
+        "two intervals"
+    );
+    advance(every + Duration::from_millis(1)).await;
+    let ended = s.expire(Instant::now(), TTL, ABANDON);
+    assert_eq!(ended.len(), 1);
+    assert_eq!(ended[0].2, Ending::Gone);
 }
