@@ -2,6 +2,8 @@
 
 use clap::Args;
 
+use super::heading;
+
 use super::Span;
 use crate::admin::{AdminAccess, AdminBounds};
 use crate::conn::ConnBounds;
@@ -13,59 +15,59 @@ use crate::server::{BodyBounds, GrpcBounds};
 #[derive(Args, Clone)]
 pub struct BoundArgs {
     /// Largest gRPC request message, in bytes.
-    #[arg(long, env = "SLUICE_MAX_REQUEST_BYTES", default_value_t = 65_536)]
+    #[arg(help_heading = heading::BOUNDS, long, env = "SLUICE_MAX_REQUEST_BYTES", default_value_t = 65_536)]
     pub(crate) max_request_bytes: usize,
     /// Descriptors per request.
-    #[arg(long, env = "SLUICE_MAX_DESCRIPTORS", default_value_t = Bounds::default().descriptors)]
+    #[arg(help_heading = heading::BOUNDS, long, env = "SLUICE_MAX_DESCRIPTORS", default_value_t = Bounds::default().descriptors)]
     pub(crate) max_descriptors: usize,
     /// Entries per descriptor.
-    #[arg(long, env = "SLUICE_MAX_ENTRIES", default_value_t = Bounds::default().entries)]
+    #[arg(help_heading = heading::BOUNDS, long, env = "SLUICE_MAX_ENTRIES", default_value_t = Bounds::default().entries)]
     pub(crate) max_entries: usize,
     /// Bytes of an entry key (and of the domain).
-    #[arg(long, env = "SLUICE_MAX_KEY_BYTES", default_value_t = Bounds::default().key_bytes)]
+    #[arg(help_heading = heading::BOUNDS, long, env = "SLUICE_MAX_KEY_BYTES", default_value_t = Bounds::default().key_bytes)]
     pub(crate) max_key_bytes: usize,
     /// Bytes of an entry value.
-    #[arg(long, env = "SLUICE_MAX_VALUE_BYTES", default_value_t = Bounds::default().value_bytes)]
+    #[arg(help_heading = heading::BOUNDS, long, env = "SLUICE_MAX_VALUE_BYTES", default_value_t = Bounds::default().value_bytes)]
     pub(crate) max_value_bytes: usize,
     /// Bytes of one descriptor's domain, keys and values together.
-    #[arg(long, env = "SLUICE_MAX_DESCRIPTOR_BYTES", default_value_t = Bounds::default().descriptor_bytes)]
+    #[arg(help_heading = heading::BOUNDS, long, env = "SLUICE_MAX_DESCRIPTOR_BYTES", default_value_t = Bounds::default().descriptor_bytes)]
     pub(crate) max_descriptor_bytes: usize,
     /// Hits one request or descriptor may add (hits_addend).
-    #[arg(long, env = "SLUICE_MAX_HITS", default_value_t = Bounds::default().hits)]
+    #[arg(help_heading = heading::BOUNDS, long, env = "SLUICE_MAX_HITS", default_value_t = Bounds::default().hits)]
     pub(crate) max_hits: u64,
     /// Distinct detailed_metric label sets in /metrics; more are counted under the rule.
-    #[arg(long, env = "SLUICE_MAX_DETAILED_METRICS", default_value_t = MetricBounds::default().detailed_sets)]
+    #[arg(help_heading = heading::BOUNDS, long, env = "SLUICE_MAX_DETAILED_METRICS", default_value_t = MetricBounds::default().detailed_sets)]
     pub(crate) max_detailed_metrics: usize,
     /// Bytes of one detailed_metric rule label; longer ones are counted under the rule.
-    #[arg(long, env = "SLUICE_MAX_METRIC_LABEL_BYTES", default_value_t = MetricBounds::default().label_bytes)]
+    #[arg(help_heading = heading::BOUNDS, long, env = "SLUICE_MAX_METRIC_LABEL_BYTES", default_value_t = MetricBounds::default().label_bytes)]
     pub(crate) max_metric_label_bytes: usize,
     /// Rules whose series /metrics shows: only rules that have counted
     /// anything appear, at most this many (the busiest); the rest are
     /// counted in sluice_rule_series_omitted.
-    #[arg(long, env = "SLUICE_MAX_RULE_SERIES", default_value_t = MetricBounds::default().rule_series)]
+    #[arg(help_heading = heading::BOUNDS, long, env = "SLUICE_MAX_RULE_SERIES", default_value_t = MetricBounds::default().rule_series)]
     pub(crate) max_rule_series: usize,
     /// Rules that keep a usage history (/api/usage, sluice advise) at once,
     /// about 100 KiB each once they have traffic; later ones are not tracked
     /// and counted in sluice_rule_usage_refused_total.
-    #[arg(long, env = "SLUICE_MAX_USAGE_RULES", default_value_t = MetricBounds::default().usage_rules)]
+    #[arg(help_heading = heading::BOUNDS, long, env = "SLUICE_MAX_USAGE_RULES", default_value_t = MetricBounds::default().usage_rules)]
     pub(crate) max_usage_rules: usize,
     /// Keys the console's top of over-limit descriptors keeps (memory is this
     /// many times two generations times 256 bytes at most); 0 turns it off.
-    #[arg(long, env = "SLUICE_CONSOLE_TOP_KEYS", default_value_t = crate::console::TOP_KEYS)]
+    #[arg(help_heading = heading::BOUNDS, long, env = "SLUICE_CONSOLE_TOP_KEYS", default_value_t = crate::console::TOP_KEYS)]
     pub(crate) console_top_keys: usize,
     /// Show client IP addresses in the console's top keys in clear (masked to
     /// their first half by default).
-    #[arg(long, env = "SLUICE_CONSOLE_SHOW_ADDRESSES")]
+    #[arg(help_heading = heading::BOUNDS, long, env = "SLUICE_CONSOLE_SHOW_ADDRESSES")]
     pub(crate) console_show_addresses: bool,
     /// Rules the console graphs at once (180 seconds of rates, about 2 KiB
     /// each): only rules with traffic in the last 3 minutes hold one, and
     /// past this many a busier newcomer takes a quieter one's place.
-    #[arg(long, env = "SLUICE_CONSOLE_MAX_RULES", default_value_t = crate::console::GRAPHED)]
+    #[arg(help_heading = heading::BOUNDS, long, env = "SLUICE_CONSOLE_MAX_RULES", default_value_t = crate::console::GRAPHED)]
     pub(crate) console_max_rules: usize,
     /// Configured rules the console looks at each second for traffic: with
     /// more, a quiet rule that wakes is graphed within rules / this seconds
     /// (10 at a million), and the look costs about 9 ms of a core a second.
-    #[arg(long, env = "SLUICE_CONSOLE_RULES_PER_SECOND", default_value_t = crate::console::WALKED as u32,
+    #[arg(help_heading = heading::BOUNDS, long, env = "SLUICE_CONSOLE_RULES_PER_SECOND", default_value_t = crate::console::WALKED as u32,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) console_rules_per_second: u32,
 }
@@ -75,77 +77,77 @@ pub struct BoundArgs {
 pub struct ConnArgs {
     /// Open gRPC connections; at the cap a newcomer is seated by closing the
     /// least useful connection (of the peer holding the most).
-    #[arg(long, env = "SLUICE_GRPC_MAX_CONNECTIONS", default_value_t = GrpcBounds::default().conn.max_connections)]
+    #[arg(help_heading = heading::CONNECTIONS, long, env = "SLUICE_GRPC_MAX_CONNECTIONS", default_value_t = GrpcBounds::default().conn.max_connections)]
     pub(crate) grpc_max_connections: usize,
     /// gRPC connections one peer (IPv4 address, IPv6 /64) may hold; past it,
     /// its own least useful connection is closed.
-    #[arg(long, env = "SLUICE_GRPC_MAX_CONNECTIONS_PER_PEER", default_value_t = GrpcBounds::default().conn.max_per_peer)]
+    #[arg(help_heading = heading::CONNECTIONS, long, env = "SLUICE_GRPC_MAX_CONNECTIONS_PER_PEER", default_value_t = GrpcBounds::default().conn.max_per_peer)]
     pub(crate) grpc_max_connections_per_peer: usize,
     /// Requests one peer may have in flight over all its gRPC connections;
     /// past it nothing more is read from that peer until some finish, so a
     /// flood from one address cannot queue ahead of every other Envoy (0:
     /// no bound).
-    #[arg(long, env = "SLUICE_GRPC_MAX_IN_FLIGHT_PER_PEER", default_value_t = GrpcBounds::default().conn.max_in_flight_per_peer)]
+    #[arg(help_heading = heading::CONNECTIONS, long, env = "SLUICE_GRPC_MAX_IN_FLIGHT_PER_PEER", default_value_t = GrpcBounds::default().conn.max_in_flight_per_peer)]
     pub(crate) grpc_max_in_flight_per_peer: usize,
     /// Close a connection that has not sent its HTTP/2 preface (admin: any
     /// byte; TLS: finished its handshake) within this.
-    #[arg(long, env = "SLUICE_HANDSHAKE_TIMEOUT", default_value_t = Span(GrpcBounds::default().conn.handshake_timeout))]
+    #[arg(help_heading = heading::CONNECTIONS, long, env = "SLUICE_HANDSHAKE_TIMEOUT", default_value_t = Span(GrpcBounds::default().conn.handshake_timeout))]
     pub(crate) handshake_timeout: Span,
     /// Concurrent HTTP/2 streams per gRPC connection.
-    #[arg(long, env = "SLUICE_GRPC_MAX_STREAMS", default_value_t = GrpcBounds::default().max_streams)]
+    #[arg(help_heading = heading::CONNECTIONS, long, env = "SLUICE_GRPC_MAX_STREAMS", default_value_t = GrpcBounds::default().max_streams)]
     pub(crate) grpc_max_streams: u32,
     /// Streams refused or reset on one gRPC connection before it is closed
     /// with GOAWAY (a client ignoring --grpc-max-streams).
-    #[arg(long, env = "SLUICE_GRPC_MAX_RESET_STREAMS", default_value_t = GrpcBounds::default().max_reset_streams)]
+    #[arg(help_heading = heading::CONNECTIONS, long, env = "SLUICE_GRPC_MAX_RESET_STREAMS", default_value_t = GrpcBounds::default().max_reset_streams)]
     pub(crate) grpc_max_reset_streams: usize,
     /// Streams a client reset before sluice accepted them, waiting on one
     /// gRPC connection at once, before it is closed with GOAWAY (the
     /// rapid-reset guard; a sluice stalled past Envoy's timeout reads Envoy's
     /// requests and their resets together, so not h2's 20).
-    #[arg(long, env = "SLUICE_GRPC_MAX_PENDING_RESETS", default_value_t = GrpcBounds::default().max_pending_resets)]
+    #[arg(help_heading = heading::CONNECTIONS, long, env = "SLUICE_GRPC_MAX_PENDING_RESETS", default_value_t = GrpcBounds::default().max_pending_resets)]
     pub(crate) grpc_max_pending_resets: usize,
     /// Close a gRPC connection with no request for this long.
-    #[arg(long, env = "SLUICE_GRPC_IDLE_TIMEOUT", default_value_t = Span(GrpcBounds::default().conn.idle_timeout))]
+    #[arg(help_heading = heading::CONNECTIONS, long, env = "SLUICE_GRPC_IDLE_TIMEOUT", default_value_t = Span(GrpcBounds::default().conn.idle_timeout))]
     pub(crate) grpc_idle_timeout: Span,
     /// Interval of HTTP/2 PINGs on gRPC connections.
-    #[arg(long, env = "SLUICE_GRPC_KEEPALIVE_INTERVAL", default_value_t = Span(GrpcBounds::default().keepalive_interval))]
+    #[arg(help_heading = heading::CONNECTIONS, long, env = "SLUICE_GRPC_KEEPALIVE_INTERVAL", default_value_t = Span(GrpcBounds::default().keepalive_interval))]
     pub(crate) grpc_keepalive_interval: Span,
     /// Close a gRPC connection whose PING is not answered within this.
-    #[arg(long, env = "SLUICE_GRPC_KEEPALIVE_TIMEOUT", default_value_t = Span(GrpcBounds::default().keepalive_timeout))]
+    #[arg(help_heading = heading::CONNECTIONS, long, env = "SLUICE_GRPC_KEEPALIVE_TIMEOUT", default_value_t = Span(GrpcBounds::default().keepalive_timeout))]
     pub(crate) grpc_keepalive_timeout: Span,
     /// Open admin connections; at the cap a newcomer is seated by closing
     /// the least useful connection.
-    #[arg(long, env = "SLUICE_ADMIN_MAX_CONNECTIONS", default_value_t = AdminBounds::default().conn.max_connections)]
+    #[arg(help_heading = heading::CONNECTIONS, long, env = "SLUICE_ADMIN_MAX_CONNECTIONS", default_value_t = AdminBounds::default().conn.max_connections)]
     pub(crate) admin_max_connections: usize,
     /// Admin connections one peer may hold.
-    #[arg(long, env = "SLUICE_ADMIN_MAX_CONNECTIONS_PER_PEER", default_value_t = AdminBounds::default().conn.max_per_peer)]
+    #[arg(help_heading = heading::CONNECTIONS, long, env = "SLUICE_ADMIN_MAX_CONNECTIONS_PER_PEER", default_value_t = AdminBounds::default().conn.max_per_peer)]
     pub(crate) admin_max_connections_per_peer: usize,
     /// Close an admin connection that sends nothing for this long.
-    #[arg(long, env = "SLUICE_ADMIN_IDLE_TIMEOUT", default_value_t = Span(AdminBounds::default().conn.idle_timeout))]
+    #[arg(help_heading = heading::CONNECTIONS, long, env = "SLUICE_ADMIN_IDLE_TIMEOUT", default_value_t = Span(AdminBounds::default().conn.idle_timeout))]
     pub(crate) admin_idle_timeout: Span,
     /// Longest time for an admin request's headers to arrive.
-    #[arg(long, env = "SLUICE_ADMIN_HEADER_TIMEOUT", default_value_t = Span(AdminBounds::default().header_timeout))]
+    #[arg(help_heading = heading::CONNECTIONS, long, env = "SLUICE_ADMIN_HEADER_TIMEOUT", default_value_t = Span(AdminBounds::default().header_timeout))]
     pub(crate) admin_header_timeout: Span,
     /// A ShouldRateLimit body not whole within this is refused (Envoy sends
     /// it at once).
-    #[arg(long, env = "SLUICE_BODY_TIMEOUT", default_value_t = Span(BodyBounds::default().timeout))]
+    #[arg(help_heading = heading::CONNECTIONS, long, env = "SLUICE_BODY_TIMEOUT", default_value_t = Span(BodyBounds::default().timeout))]
     pub(crate) body_timeout: Span,
     /// Request body bytes received and not yet decoded on one connection;
     /// past it, requests are refused RESOURCE_EXHAUSTED.
-    #[arg(long, env = "SLUICE_MAX_CONNECTION_BODY_BYTES", default_value_t = BodyBounds::default().per_connection)]
+    #[arg(help_heading = heading::CONNECTIONS, long, env = "SLUICE_MAX_CONNECTION_BODY_BYTES", default_value_t = BodyBounds::default().per_connection)]
     pub(crate) max_connection_body_bytes: usize,
     /// The same over the process; past it, connections holding more than an
     /// even share are refused.
-    #[arg(long, env = "SLUICE_MAX_BODY_BYTES", default_value_t = BodyBounds::default().per_process)]
+    #[arg(help_heading = heading::CONNECTIONS, long, env = "SLUICE_MAX_BODY_BYTES", default_value_t = BodyBounds::default().per_process)]
     pub(crate) max_body_bytes: usize,
     /// Host names accepted in the admin port's Host header besides IP
     /// addresses and localhost (comma list), e.g. a Kubernetes service name.
-    #[arg(long, env = "SLUICE_ADMIN_ALLOWED_HOSTS", value_delimiter = ',')]
+    #[arg(help_heading = heading::CONNECTIONS, long, env = "SLUICE_ADMIN_ALLOWED_HOSTS", value_delimiter = ',')]
     pub(crate) admin_allowed_hosts: Vec<String>,
     /// A file holding the token the counters endpoints require (as
     /// `Authorization: Bearer`), read again when it changes; without it they
     /// answer loopback peers only.
-    #[arg(long, env = "SLUICE_ADMIN_TOKEN_FILE")]
+    #[arg(help_heading = heading::START, long, env = "SLUICE_ADMIN_TOKEN_FILE")]
     pub(crate) admin_token_file: Option<std::path::PathBuf>,
 }
 

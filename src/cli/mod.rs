@@ -14,6 +14,25 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 pub use bounds::{BoundArgs, ConnArgs};
+
+/// The headings `serve --help` groups its flags under, the few most users
+/// set first; the book's flag table (docs/src/reference/command-line.md)
+/// has a section for each, in this order.
+pub(crate) mod heading {
+    pub(crate) const START: &str = "Start here";
+    pub(crate) const RULES: &str = "Rules";
+    pub(crate) const XDS: &str = "Rules over xDS";
+    pub(crate) const STORE: &str = "Store";
+    pub(crate) const FAILURE: &str = "Failure and shedding";
+    pub(crate) const DECISIONS: &str = "Decisions and answers";
+    pub(crate) const QUOTA: &str = "Quota mode (rate_limit_quota)";
+    pub(crate) const LISTENERS: &str = "Listeners and lifecycle";
+    pub(crate) const TLS: &str = "TLS";
+    pub(crate) const BOUNDS: &str = "Bounds";
+    pub(crate) const CONNECTIONS: &str = "Connections";
+    pub(crate) const OBSERVABILITY: &str = "Observability";
+    pub(crate) const PRIVACY: &str = "Privacy";
+}
 pub use rules::ConfigArgs;
 pub use serve::{QuotaArgs, ServeArgs};
 pub use store::StoreArgs;
@@ -28,9 +47,16 @@ pub struct Cli {
     pub serve: ServeArgs,
 }
 
+/// Where `serve --help` sends a reader who runs envoyproxy/ratelimit's
+/// environment today.
+const REFERENCE_ENV_HELP: &str = "The reference's environment: `sluice ratelimit` serves from \
+envoyproxy/ratelimit's variables (REDIS_URL, RUNTIME_ROOT, USE_STATSD, ...) as its /bin/ratelimit \
+does; the book's migration table maps each to the flags above.";
+
 #[derive(Subcommand)]
 pub enum Command {
     /// Serve the rules (the default when no command is given).
+    #[command(after_help = REFERENCE_ENV_HELP)]
     Serve(Box<ServeArgs>),
     /// Validate a config directory: one line per domain, or the errors and exit 1.
     Check(CheckArgs),

@@ -2,35 +2,37 @@
 
 use clap::Args;
 
+use super::heading;
+
 use crate::config::{FileBounds, LoadOptions};
 
 #[derive(Args, Clone)]
 pub struct ConfigArgs {
     /// Allow one domain to be spread across several files.
-    #[arg(long, env = "SLUICE_MERGE_DOMAINS")]
+    #[arg(help_heading = heading::RULES, long, env = "SLUICE_MERGE_DOMAINS")]
     pub(crate) merge_domains: bool,
     /// Rule files one load may read; more is a load error.
-    #[arg(long, env = "SLUICE_MAX_RULE_FILES", default_value_t = LoadOptions::default().max_files)]
+    #[arg(help_heading = heading::BOUNDS, long, env = "SLUICE_MAX_RULE_FILES", default_value_t = LoadOptions::default().max_files)]
     pub(crate) max_rule_files: usize,
     /// `unit: month` fixed windows are UTC calendar months (from the 1st to
     /// the next 1st; keys and expiry as the reference's
     /// USE_CALENDAR_MONTH_RATE_LIMIT), not 30 days from the epoch.
-    #[arg(long, env = "SLUICE_CALENDAR_MONTHS")]
+    #[arg(help_heading = heading::RULES, long, env = "SLUICE_CALENDAR_MONTHS")]
     pub(crate) calendar_months: bool,
     /// The largest rule file read, in bytes; a larger one is a load error
     /// naming this flag.
-    #[arg(long, env = "SLUICE_MAX_RULE_FILE_BYTES", default_value_t = FileBounds::default().max_bytes)]
+    #[arg(help_heading = heading::BOUNDS, long, env = "SLUICE_MAX_RULE_FILE_BYTES", default_value_t = FileBounds::default().max_bytes)]
     pub(crate) max_rule_file_bytes: usize,
     /// The most YAML nodes (maps, lists, scalars; a rule is about 10) one
     /// rule file may hold; more is a load error naming this flag.
-    #[arg(long, env = "SLUICE_MAX_RULE_FILE_NODES", default_value_t = FileBounds::default().max_nodes)]
+    #[arg(help_heading = heading::BOUNDS, long, env = "SLUICE_MAX_RULE_FILE_NODES", default_value_t = FileBounds::default().max_nodes)]
     pub(crate) max_rule_file_nodes: usize,
     /// The nice value (0 to 19) a reload compiles at, or 20 for SCHED_IDLE
     /// (Linux's idle policy, nicer than any nice value). Above 0 a reload takes
     /// the CPU requests leave idle, so requests keep their speed while a big
     /// rule set compiles; on a host whose other processes keep every core
     /// busy it then waits for them, and 0 bounds its time instead.
-    #[arg(long, env = "SLUICE_RELOAD_NICE", default_value_t = LoadOptions::default().reload_nice,
+    #[arg(help_heading = heading::RULES, long, env = "SLUICE_RELOAD_NICE", default_value_t = LoadOptions::default().reload_nice,
           value_parser = clap::value_parser!(u8).range(0..=20))]
     pub(crate) reload_nice: u8,
 }

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use clap::Args;
 
+use super::heading;
+
 use super::parse_duration;
 use crate::store::redis::KeyFormat;
 use crate::store::{DEFAULT_MAX_COUNTERS, FailurePolicy, ResilientOptions};
@@ -59,6 +61,7 @@ pub struct StoreArgs {
     /// Count in Redis: redis://[user:pass@]host:port[/db], or rediss:// for TLS.
     // hide_env_values: the URL may carry a password; --help must not print it.
     #[arg(
+        help_heading = heading::START,
         long,
         env = "SLUICE_REDIS_URL",
         hide_env_values = true,
@@ -67,6 +70,7 @@ pub struct StoreArgs {
     pub(crate) redis_url: Option<String>,
     /// Count in a Redis Cluster: comma-separated seed nodes (host:port or URLs).
     #[arg(
+        help_heading = heading::STORE,
         long,
         env = "SLUICE_REDIS_CLUSTER",
         hide_env_values = true,
@@ -76,6 +80,7 @@ pub struct StoreArgs {
     /// Count in the Redis master that Sentinel names: MASTER@HOST:PORT[,HOST:PORT...]
     /// (sentinels may be URLs: the first one's scheme and credentials are the master's).
     #[arg(
+        help_heading = heading::STORE,
         long,
         env = "SLUICE_REDIS_SENTINEL",
         hide_env_values = true,
@@ -83,71 +88,71 @@ pub struct StoreArgs {
     )]
     pub(crate) redis_sentinel: Option<String>,
     /// Password of the sentinels themselves (REDIS_SENTINEL_AUTH).
-    #[arg(long, env = "SLUICE_REDIS_SENTINEL_PASSWORD", hide_env_values = true)]
+    #[arg(help_heading = heading::STORE, long, env = "SLUICE_REDIS_SENTINEL_PASSWORD", hide_env_values = true)]
     pub(crate) redis_sentinel_password: Option<String>,
     /// Trust this CA (PEM) for rediss:// instead of the public roots (REDIS_TLS_CACERT).
-    #[arg(long, env = "SLUICE_REDIS_TLS_CA")]
+    #[arg(help_heading = heading::STORE, long, env = "SLUICE_REDIS_TLS_CA")]
     pub(crate) redis_tls_ca: Option<PathBuf>,
     /// Client certificate (PEM) for mutual TLS to Redis (REDIS_TLS_CLIENT_CERT).
-    #[arg(long, env = "SLUICE_REDIS_TLS_CERT", requires = "redis_tls_key")]
+    #[arg(help_heading = heading::STORE, long, env = "SLUICE_REDIS_TLS_CERT", requires = "redis_tls_key")]
     pub(crate) redis_tls_cert: Option<PathBuf>,
     /// The key of --redis-tls-cert (PEM) (REDIS_TLS_CLIENT_KEY).
-    #[arg(long, env = "SLUICE_REDIS_TLS_KEY", requires = "redis_tls_cert")]
+    #[arg(help_heading = heading::STORE, long, env = "SLUICE_REDIS_TLS_KEY", requires = "redis_tls_cert")]
     pub(crate) redis_tls_key: Option<PathBuf>,
     /// Count in memcached instead: host:port[,host:port...], keys spread over
     /// them (the reference's BACKEND_TYPE=memcache with MEMCACHE_HOST_PORT).
-    #[arg(long, env = "SLUICE_MEMCACHE_SERVERS", value_delimiter = ',', conflicts_with_all = ["redis_url", "redis_cluster", "redis_sentinel"])]
+    #[arg(help_heading = heading::STORE, long, env = "SLUICE_MEMCACHE_SERVERS", value_delimiter = ',', conflicts_with_all = ["redis_url", "redis_cluster", "redis_sentinel"])]
     pub(crate) memcache_servers: Vec<String>,
     /// Connections in the Redis pool (each one multiplexed).
-    #[arg(long, env = "SLUICE_REDIS_POOL_SIZE", default_value_t = 4)]
+    #[arg(help_heading = heading::STORE, long, env = "SLUICE_REDIS_POOL_SIZE", default_value_t = 4)]
     pub(crate) redis_pool_size: u32,
     /// Script calls to a Redis Cluster in flight at once; past it a request
     /// waits for one to finish, within its store wait. A call whose request
     /// gave up still runs to its answer (so a slow Cluster is heard
     /// answering), so this is what bounds a flood's calls; a call
     /// unanswered for 2 s gives its place back.
-    #[arg(long, env = "SLUICE_REDIS_CLUSTER_MAX_IN_FLIGHT", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(help_heading = heading::STORE, long, env = "SLUICE_REDIS_CLUSTER_MAX_IN_FLIGHT", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) redis_cluster_max_in_flight: u32,
     /// Run the Redis connections and the batcher (a Cluster's connections
     /// and calls) on a thread of their own,
     /// so a flood queued on the workers is never timed as a slow Redis.
-    #[arg(long, env = "SLUICE_REDIS_IO_THREAD", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(help_heading = heading::STORE, long, env = "SLUICE_REDIS_IO_THREAD", default_value_t = true, action = clap::ArgAction::Set)]
     pub(crate) redis_io_thread: bool,
     /// Longest wait for Redis per request before the failure policy decides.
-    #[arg(long, env = "SLUICE_REDIS_TIMEOUT", default_value = "20ms", value_parser = parse_duration)]
+    #[arg(help_heading = heading::FAILURE, long, env = "SLUICE_REDIS_TIMEOUT", default_value = "20ms", value_parser = parse_duration)]
     pub(crate) redis_timeout: Duration,
     /// Prepended to every Redis key.
-    #[arg(long, env = "SLUICE_CACHE_KEY_PREFIX", default_value = "")]
+    #[arg(help_heading = heading::STORE, long, env = "SLUICE_CACHE_KEY_PREFIX", default_value = "")]
     pub(crate) cache_key_prefix: String,
     /// Redis key layout: sluice (collision-free, values hashed) or envoyproxy
     /// (the reference's keys, to share counters during a migration).
-    #[arg(long, env = "SLUICE_KEY_FORMAT", value_enum, default_value_t = KeyFormatArg::Sluice)]
+    #[arg(help_heading = heading::STORE, long, env = "SLUICE_KEY_FORMAT", value_enum, default_value_t = KeyFormatArg::Sluice)]
     pub(crate) key_format: KeyFormatArg,
     /// What decides when Redis fails or times out.
-    #[arg(long, env = "SLUICE_STORE_FAILURE", value_enum, default_value_t = FailurePolicyArg::Fallback)]
+    #[arg(help_heading = heading::START, long, env = "SLUICE_STORE_FAILURE", value_enum, default_value_t = FailurePolicyArg::Fallback)]
     pub(crate) store_failure: FailurePolicyArg,
     /// Counters remembered as over their limit (answered without Redis); 0 disables.
-    #[arg(long, env = "SLUICE_LOCAL_CACHE_SIZE", default_value_t = 100_000)]
+    #[arg(help_heading = heading::STORE, long, env = "SLUICE_LOCAL_CACHE_SIZE", default_value_t = 100_000)]
     pub(crate) local_cache_size: usize,
     /// Counters held in memory (the memory store, or the fallback while Redis
     /// is down); when full, the least spent are dropped first.
-    #[arg(long, env = "SLUICE_MAX_COUNTERS", default_value_t = DEFAULT_MAX_COUNTERS)]
+    #[arg(help_heading = heading::STORE, long, env = "SLUICE_MAX_COUNTERS", default_value_t = DEFAULT_MAX_COUNTERS)]
     pub(crate) max_counters: usize,
     /// Answer hot fixed-window counters far from their limit from chunks of
     /// the limit leased from the shared store, never over the limit; false
     /// asks the store for every request (a rule opts out with
     /// `leased_allowance: false`). Always off under `--key-format
     /// envoyproxy`, whose keys a reference fleet reads as the hits.
-    #[arg(long, env = "SLUICE_LEASED_ALLOWANCE", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(help_heading = heading::STORE, long, env = "SLUICE_LEASED_ALLOWANCE", default_value_t = true, action = clap::ArgAction::Set)]
     pub(crate) leased_allowance: bool,
     /// Counters that may hold leased allowance at once; when full, a new
     /// counter takes the place of one with nothing leased left (of a few
     /// looked at), or is not remembered; 0 turns leasing off.
-    #[arg(long, env = "SLUICE_ALLOWANCE_KEYS", default_value_t = 100_000)]
+    #[arg(help_heading = heading::STORE, long, env = "SLUICE_ALLOWANCE_KEYS", default_value_t = 100_000)]
     pub(crate) allowance_keys: usize,
     /// The largest chunk of a limit leased at once (also at most an eighth
     /// of what is left of the limit); under 2 turns leasing off.
-    #[arg(long, env = "SLUICE_ALLOWANCE_MAX_CHUNK", default_value_t = 4096)]
+    #[arg(help_heading = heading::STORE, long, env = "SLUICE_ALLOWANCE_MAX_CHUNK", default_value_t = 4096)]
     pub(crate) allowance_max_chunk: u64,
 }
 

@@ -66,3 +66,46 @@ fn no_help_breaks_a_line_where_it_was_not_written() {
         }
     }
 }
+
+/// `serve --help` groups every flag under a heading, the headings in the
+/// order the book's flag table has them, "Start here" first: a new flag
+/// must choose its group.
+#[test]
+fn every_serve_flag_is_under_a_heading_in_the_books_order() {
+    use clap::CommandFactory as _;
+    let cmd = Cli::command();
+    let serve = cmd
+        .get_subcommands()
+        .find(|c| c.get_name() == "serve")
+        .expect("serve");
+    let mut order: Vec<&str> = Vec::new();
+    for arg in serve.get_arguments().filter(|a| a.get_id() != "help") {
+        let heading = arg
+            .get_help_heading()
+            .unwrap_or_else(|| panic!("--{} has no heading", arg.get_id()));
+        if !order.contains(&heading) {
+            order.push(heading);
+        }
+    }
+    let book = [
+        heading::START,
+        heading::RULES,
+        heading::XDS,
+        heading::STORE,
+        heading::FAILURE,
+        heading::DECISIONS,
+        heading::QUOTA,
+        heading::LISTENERS,
+        heading::TLS,
+        heading::BOUNDS,
+        heading::CONNECTIONS,
+        heading::OBSERVABILITY,
+        heading::PRIVACY,
+    ];
+    assert_eq!(order, book);
+    let start = serve
+        .get_arguments()
+        .filter(|a| a.get_help_heading() == Some(heading::START))
+        .count();
+    assert!((3..=8).contains(&start), "{start} flags to start with");
+}
