@@ -9,6 +9,8 @@
 //! ` ```yaml envoy `.
 
 mod common;
+#[path = "docs/flags.rs"]
+mod flags;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -19,10 +21,6 @@ use common::{config_dir, exported_families, metric_families, sluice_bin, sluice_
 
 /// mdBook's (and GitHub's) anchor for a heading: lowercase, punctuation
 /// dropped except `-` and `_`, spaces as `-`.
-
-#[path = "docs/flags.rs"]
-mod flags;
-
 fn slug(heading: &str) -> String {
     heading
         .trim()
