@@ -57,8 +57,14 @@ pub(crate) fn text(r: &Report) -> String {
         ));
         for m in &f.meetings {
             let s = &m.sent;
+            // Under merged hostnames one filter serves several domains: a
+            // route whose RateLimitPerRoute names another says so.
+            let domain = match s.domain.as_deref() {
+                Some(d) if d != f.domain => format!(", domain {d:?}"),
+                _ => String::new(),
+            };
             out.push_str(&format!(
-                "  {} (virtual host {}), {} rate_limits[{}]\n",
+                "  {} (virtual host {}), {} rate_limits[{}]{domain}\n",
                 s.route, s.vhost, s.place, s.index
             ));
             let extra = hits(m).map(|h| format!(" [{h}]")).unwrap_or_default();
@@ -117,6 +123,7 @@ pub(crate) fn json(r: &Report) -> Value {
                         .collect();
                     json!({
                         "route": m.sent.route, "virtual_host": m.sent.vhost,
+                        "domain": m.sent.domain.as_deref().unwrap_or(&f.domain),
                         "place": m.sent.place, "index": m.sent.index,
                         "entries": entries, "hits": hits(m),
                         "rule": m.meets.as_ref().ok(), "unlimited_because": m.meets.as_ref().err(),

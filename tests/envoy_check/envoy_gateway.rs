@@ -205,3 +205,133 @@ fn an_overlay_over_envoy_gateways_rules_is_checked_and_shown() {
         "{text}"
     );
 }
+
+fn read_yaml(p: &Path) -> Value {
+    serde_saphyr::from_str(&std::fs::read_to_string(p).expect("golden")).expect("yaml")
+}
+
+/// Each ratelimit filter of Envoy Gateway's `listeners`: (name, domain).
+fn ratelimit_filters(listeners: &Path) -> Vec<(String, String)> {
+    let mut filters = Vec::new();
+    for l in read_yaml(listeners).as_array().into_iter().flatten() {
+        let chains = l.pointer("/defaultFilterChain").into_iter().chain(
+            l.get("filterChains")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten(),
+        );
+        for chain in chains {
+            for f in chain
+                .get("filters")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let http = f
+                    .pointer("/typedConfig/httpFilters")
+                    .and_then(Value::as_array);
+                for h in http.into_iter().flatten() {
+                    let name = h.get("name").and_then(Value::as_str).unwrap_or_default();
+                    if let (true, Some(d)) = (
+                        name.starts_with("envoy.filters.http.ratelimit"),
+                        h.pointer("/typedConfig/domain").and_then(Value::as_str),
+                    ) {
+                        filters.push((name.to_owned(), d.to_owned()));
+                    }
+                }
+            }
+        }
+    }
+    filters
+}
+
+/// The domain Envoy Gateway sends each route's entries to, read from its
+/// goldens: per ratelimit filter, its domain, unless the route's
+/// `RateLimitPerRoute` under that filter's name names its own.
+/// (filter domain, route name) -> domain.
+fn sent_domains(listeners: &Path, routes: &Path) -> Vec<((String, String), String)> {
+    let filters = ratelimit_filters(listeners);
+    let mut out = Vec::new();
+    for rc in read_yaml(routes).as_array().into_iter().flatten() {
+        for vh in rc
+            .get("virtualHosts")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            for r in vh
+                .get("routes")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let route = r.get("name").and_then(Value::as_str).unwrap_or_default();
+                for (name, domain) in &filters {
+                    let per_route = r.get("typedPerFilterConfig").and_then(|t| t.get(name));
+                    let Some(per_route) = per_route else { continue };
+                    let to = per_route.get("domain").and_then(Value::as_str);
+                    out.push((
+                        (domain.clone(), route.to_owned()),
+                        to.unwrap_or(domain).to_owned(),
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Every route of every xds-ir golden is checked under the domain Envoy
+/// Gateway sends it to, merged hostnames included (one filter of domain
+/// http-app1 whose app2 route's RateLimitPerRoute names http-app2): the
+/// report says each route's domain, and the text names it where it is not
+/// the filter's.
+#[test]
+fn every_envoy_gateway_route_is_placed_under_the_domain_it_is_sent_to() {
+    let none = config_dir(&[("none.yaml", "domain: none\ndescriptors: []\n")]);
+    let mut placed = 0;
+    for entry in std::fs::read_dir(eg("xds-ir")).expect("xds-ir") {
+        let listeners = entry.expect("entry").path();
+        let Some(stem) = listeners
+            .to_str()
+            .and_then(|p| p.strip_suffix(".listeners.yaml"))
+        else {
+            continue;
+        };
+        let routes = PathBuf::from(format!("{stem}.routes.yaml"));
+        let expected = sent_domains(&listeners, &routes);
+        let (_, out, err) = check(none.path(), &[&listeners, &routes], true);
+        let report: Value =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}{err}"));
+        for f in report["filters"].as_array().into_iter().flatten() {
+            let filter = f["domain"].as_str().unwrap_or_default();
+            for r in f["routes"].as_array().into_iter().flatten() {
+                if r["place"] != "RateLimitPerRoute" {
+                    continue;
+                }
+                let route = r["route"].as_str().unwrap_or_default();
+                let want = expected
+                    .iter()
+                    .find(|(k, _)| k.0 == filter && k.1 == route)
+                    .map(|(_, d)| d.as_str());
+                assert_eq!(
+                    r["domain"].as_str(),
+                    want,
+                    "{stem}: route {route} under the filter of {filter}"
+                );
+                placed += 1;
+            }
+        }
+    }
+    assert!(placed >= 20, "{placed} routes placed");
+    let merged = eg("xds-ir/ratelimit-merge-hostnames");
+    let (l, r) = (
+        PathBuf::from(format!("{}.listeners.yaml", merged.display())),
+        PathBuf::from(format!("{}.routes.yaml", merged.display())),
+    );
+    let (_, out, _) = check(none.path(), &[&l, &r], false);
+    assert!(
+        out.contains("app2_gateway_envoyproxy_io), RateLimitPerRoute rate_limits[0], domain \"envoy-gateway/gateway-2/http-app2\""),
+        "{out}"
+    );
+}
