@@ -5,6 +5,8 @@
 //! names the test that proves each field; the rate-limit service's fields are
 //! proved in tests/service.rs, tests/refunds.rs and tests/shapes.rs.)
 
+#[path = "conformance/agentgateway.rs"]
+mod agentgateway;
 mod common;
 
 use std::time::Duration;
