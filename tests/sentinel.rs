@@ -144,3 +144,62 @@ async fn a_master_the_sentinels_no_longer_name_is_left() {
         "the old node stayed a master"
     );
 }
+
+/// A failover the sentinels announce (`+switch-master`) is followed when
+/// it is announced, not at the next recheck (here ten minutes away): the
+/// old master cannot be demoted (its REPLICAOF denied to the sentinel, as a
+/// node restarted empty is not demoted yet) and would take every increment,
+/// so only the announcement can move sluice off it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_announced_failover_is_followed_without_waiting_for_the_recheck() {
+    let old = RedisServer::start();
+    let new = replica_of(&old);
+    old.cli(&["acl", "setuser", "default", "-replicaof", "-slaveof"]);
+    let sentinel = RedisSentinel::start("mymaster", old.port);
+    // The sentinel has found the replica it will promote.
+    assert!(eventually(Duration::from_secs(15), || sentinel
+        .cli(&["sentinel", "replicas", "mymaster"])
+        .contains(&new.port.to_string())));
+    let spec = format!("mymaster@127.0.0.1:{}", sentinel.port);
+    let s = Sluice::start(
+        &[("shop.yaml", RULES)],
+        &[
+            "--redis-sentinel",
+            &spec,
+            "--redis-timeout",
+            "200ms",
+            "--redis-sentinel-recheck",
+            "600s",
+        ],
+    );
+    assert!(eventually(Duration::from_secs(10), || s.status() == "ready"));
+    let mut c = s.client().await;
+    assert_eq!(
+        ask(&mut c, "shop", &[("ip", "1.2.3.4")]).await.overall_code,
+        OK
+    );
+    assert_eq!(count(&old), Some(1), "counted on the first master");
+    sentinel.cli(&["sentinel", "failover", "mymaster"]);
+    assert!(
+        eventually(Duration::from_secs(30), || sentinel.master_port("mymaster")
+            == Some(new.port)),
+        "the sentinel never failed over"
+    );
+    let at_switch = count(&new).unwrap_or(0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while count(&new).is_none_or(|n| n <= at_switch) {
+        let r = ask(&mut c, "shop", &[("ip", "1.2.3.4")]).await;
+        assert_eq!(r.overall_code, OK, "the failure policy answers the gap");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still counting on the node the sentinels no longer name: {:?} there",
+            count(&old)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        old.cli(&["role"]).starts_with("master"),
+        "the old node stayed a master: {}",
+        old.cli(&["role"])
+    );
+}

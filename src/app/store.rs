@@ -48,6 +48,7 @@ pub(crate) fn build(args: &StoreArgs, metrics: &Arc<Metrics>) -> Result<Arc<dyn 
             cert: args.redis_tls_cert.clone().zip(args.redis_tls_key.clone()),
         }),
         io_thread: args.redis_io_thread,
+        sentinel_recheck: args.redis_sentinel_recheck.0,
     })?;
     Ok(Arc::new(Resilient::new(
         redis,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::heading;
+use super::{Span, heading};
 
 use super::parse_duration;
 use crate::store::redis::KeyFormat;
@@ -90,6 +90,11 @@ pub struct StoreArgs {
     /// Password of the sentinels themselves (REDIS_SENTINEL_AUTH).
     #[arg(help_heading = heading::STORE, long, env = "SLUICE_REDIS_SENTINEL_PASSWORD", hide_env_values = true)]
     pub(crate) redis_sentinel_password: Option<String>,
+    /// How often a connection to the Sentinel's master asks the sentinels
+    /// whether it is still the master; a failover they announce
+    /// (+switch-master) or an error of the connection asks at once.
+    #[arg(help_heading = heading::STORE, long, env = "SLUICE_REDIS_SENTINEL_RECHECK", default_value = "1s")]
+    pub(crate) redis_sentinel_recheck: Span,
     /// Trust this CA (PEM) for rediss:// instead of the public roots (REDIS_TLS_CACERT).
     #[arg(help_heading = heading::STORE, long, env = "SLUICE_REDIS_TLS_CA")]
     pub(crate) redis_tls_ca: Option<PathBuf>,

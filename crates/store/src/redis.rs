@@ -26,7 +26,7 @@ pub use keys::{KeyFormat, render_key, usage_key};
 use target::seeds;
 pub use target::{RedisTarget, mask};
 
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 
 use super::batch::Batcher;
 use super::calls::Calls;
@@ -56,6 +56,10 @@ pub struct RedisConfig {
     /// Run the connections and the batcher on a thread of their own
     /// ([`io_thread`](super::io_thread)); off, they share the workers.
     pub io_thread: bool,
+    /// How often a live Sentinel connection asks the sentinels whether its
+    /// node is still the master (`--redis-sentinel-recheck`); a failover
+    /// they announce, or an error of the connection, asks at once.
+    pub sentinel_recheck: Duration,
 }
 
 enum Live {
@@ -74,6 +78,9 @@ pub struct RedisStore {
     /// Shared with the task that follows a Sentinel's master
     /// ([`master`]), which empties it when the sentinels name another.
     live: Arc<ArcSwapOption<Live>>,
+    /// Poked when a call to the single node fails: the Sentinel's master is
+    /// asked again at once, not at the next period.
+    failed: Arc<Notify>,
     script: Arc<Script>,
     demand_script: Script,
     /// A Cluster's calls sent and answered (a single node's batcher keeps
@@ -119,6 +126,7 @@ impl RedisStore {
         Ok(RedisStore {
             io,
             live: Arc::new(ArcSwapOption::empty()),
+            failed: Arc::new(Notify::new()),
             script: Arc::new(Script::new(SCRIPT)),
             demand_script: Script::new(demand::SCRIPT),
             cluster_calls: Arc::new(Calls::new()),
@@ -170,9 +178,9 @@ impl RedisStore {
             tokio::spawn(master::keep_asking(
                 Arc::downgrade(&self.live),
                 Arc::downgrade(&live),
-                url,
-                sentinel,
+                (url, sentinel),
                 self.config.clone(),
+                self.failed.clone(),
             ));
         }
         self.live.store(Some(live));

@@ -79,7 +79,14 @@ impl RedisStore {
             .map(|i| Op::new(i, self.keys(i), Now(i.at_us / 1_000_000)))
             .collect();
         match &*live {
-            Live::Single(batcher, _) => batcher.increment(ops).await,
+            Live::Single(batcher, _) => {
+                let answered = batcher.increment(ops).await;
+                if answered.is_err() {
+                    // Under a Sentinel, the master is asked again at once.
+                    self.failed.notify_one();
+                }
+                answered
+            }
             Live::Cluster(conn) => {
                 // One script per slot (a sliding window's two keys share one).
                 let mut groups: Vec<(Slot, Vec<usize>, Vec<Op>)> = Vec::new();
