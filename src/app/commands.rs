@@ -68,7 +68,7 @@ fn check_load(args: &CheckArgs) -> Option<crate::config::Rules> {
 /// `check --envoy`: 1 on errors, 0 with warnings only, 2 when a file
 /// cannot be read.
 fn check_envoy(rules: &crate::config::Rules, args: &CheckArgs) -> ExitCode {
-    match crate::envoy_check::check(rules, &args.envoy) {
+    match crate::envoy_check::check(rules, &args.envoy, args.envoy_version) {
         Ok(report) => {
             let out = if args.json {
                 format!("{:#}\n", crate::envoy_check::json(&report))

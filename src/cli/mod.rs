@@ -213,6 +213,11 @@ pub struct CheckArgs {
     /// meets, and the holes. Repeat for several files.
     #[arg(long)]
     pub(crate) envoy: Vec<PathBuf>,
+    /// The Envoy the --envoy files are for (e.g. 1.39): what the config
+    /// asks that this Envoy refuses or ignores is an error. A /config_dump
+    /// says its own.
+    #[arg(long, requires = "envoy")]
+    pub(crate) envoy_version: Option<crate::envoy_check::EnvoyVersion>,
     /// With --envoy: the report as JSON, for CI.
     #[arg(long)]
     pub(crate) json: bool,

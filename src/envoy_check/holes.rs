@@ -62,7 +62,7 @@ impl<'a> At<'a> {
         self.add(out, Severity::Error, None, None, message);
     }
 
-    fn error(
+    pub(super) fn error(
         &self,
         out: &mut Vec<Finding>,
         route: Option<String>,

@@ -10,6 +10,7 @@ mod quota;
 mod read;
 mod report;
 mod routes;
+mod versions;
 
 use std::path::{Path, PathBuf};
 
@@ -17,6 +18,7 @@ use crate::config::{Reach, Rules, Shape};
 
 pub(crate) use read::ReadError;
 pub(crate) use report::{json, text};
+pub(crate) use versions::EnvoyVersion;
 
 use actions::{Absent, Descriptor, Source};
 use read::Hcm;
@@ -82,8 +84,13 @@ impl Report {
     }
 }
 
-/// Checks every file against `rules`.
-pub(crate) fn check(rules: &Rules, files: &[PathBuf]) -> Result<Report, ReadError> {
+/// Checks every file against `rules`, as the Envoy `envoy` (when known)
+/// reads it; a `/config_dump` says its own version.
+pub(crate) fn check(
+    rules: &Rules,
+    files: &[PathBuf],
+    envoy: Option<EnvoyVersion>,
+) -> Result<Report, ReadError> {
     let mut report = Report::default();
     let mut reached: Vec<(String, String)> = Vec::new();
     let mut domains: Vec<String> = Vec::new();
@@ -93,18 +100,22 @@ pub(crate) fn check(rules: &Rules, files: &[PathBuf]) -> Result<Report, ReadErro
     let mut listed: Vec<String> = Vec::new();
     for file in files {
         let doc = read::document(file)?;
+        let envoy = versions::of(&doc).or(envoy);
         if let serde_json::Value::Array(items) = doc {
             resources.extend(items);
             listed.push(file.display().to_string());
             continue;
         }
         for hcm in read::managers(&doc) {
+            let before = report.filters.len();
             check_hcm(rules, file, &hcm, &mut report, &mut reached, &mut domains);
+            needs(&mut report, before, envoy);
         }
     }
     if !listed.is_empty() {
         let joined = PathBuf::from(listed.join(" + "));
         for hcm in read::managers(&serde_json::Value::Array(resources)) {
+            let before = report.filters.len();
             check_hcm(
                 rules,
                 &joined,
@@ -113,11 +124,31 @@ pub(crate) fn check(rules: &Rules, files: &[PathBuf]) -> Result<Report, ReadErro
                 &mut reached,
                 &mut domains,
             );
+            needs(&mut report, before, envoy);
         }
     }
     holes::unreachable(rules, &domains, &reached, &mut report);
     report.findings.sort_by_key(|f| f.severity);
     Ok(report)
+}
+
+/// Errors for what the filters from `first` on ask of an Envoy older than
+/// what they need.
+fn needs(report: &mut Report, first: usize, envoy: Option<EnvoyVersion>) {
+    let Some(envoy) = envoy else { return };
+    let mut found = Vec::new();
+    for f in report.filters.iter().skip(first) {
+        let at = holes::At::new(&f.file, &f.listener);
+        for m in &f.meetings {
+            let s = &m.sent;
+            for why in versions::unsupported(s, envoy) {
+                let route = Some(format!("{} (virtual host {})", s.route, s.vhost));
+                let action = Some(format!("{} rate_limits[{}]", s.place, s.index));
+                at.error(&mut found, route, action, why);
+            }
+        }
+    }
+    report.findings.extend(found);
 }
 
 fn check_hcm(

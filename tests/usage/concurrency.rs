@@ -13,6 +13,9 @@ fn in_flight(fleet: &Fleet) -> u64 {
 /// come back when their lease ends.
 #[test]
 fn a_concurrency_limit_holds_across_the_fleet_and_a_crash_leaks_no_slot() {
+    if common::stack::envoy_below(USAGE_ENVOY, "envoy/usage.yaml") {
+        return;
+    }
     let mut fleet = Fleet::start_with(|rules| {
         rules
             .replace("max_in_flight: 5", "max_in_flight: 3")
@@ -69,6 +72,9 @@ fn a_concurrency_limit_holds_across_the_fleet_and_a_crash_leaks_no_slot() {
 /// 503 instead of reaching the model.
 #[test]
 fn the_model_queues_a_burst_of_connections_it_is_too_busy_to_accept() {
+    if common::stack::envoy_below(USAGE_ENVOY, "envoy/usage.yaml") {
+        return;
+    }
     let (mut llm, port) = start_script("envoy/llm.py");
     // Stopped, it accepts nothing: only the kernel's queue holds connections.
     assert!(common::send_signal(llm.id(), "STOP"), "stop the model");

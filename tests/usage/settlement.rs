@@ -4,6 +4,9 @@ use super::*;
 
 #[test]
 fn a_settlement_clears_a_refusal_on_the_other_instance() {
+    if common::stack::envoy_below(USAGE_ENVOY, "envoy/usage.yaml") {
+        return;
+    }
     let fleet = Fleet::start();
     room_in_window(60, 25);
     let key = [
@@ -48,6 +51,9 @@ fn a_settlement_clears_a_refusal_on_the_other_instance() {
 /// only a well-formed estimate; anything else is a 400 before it costs.
 #[test]
 fn a_spent_key_cannot_skip_its_reservation_with_an_estimate_envoy_cannot_read() {
+    if common::stack::envoy_below(USAGE_ENVOY, "envoy/usage.yaml") {
+        return;
+    }
     let fleet = Fleet::start();
     room_in_window(60, 25);
     // 1,100 of 1,000 spent: a reservation of 100, settled at 1,100 used.
