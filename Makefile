@@ -57,6 +57,8 @@ $(ENVOY):
 # newest, each test run even where the shipped config asks for more than
 # that Envoy does (SLUICE_ENVOY_MATRIX): a table of what passes where.
 envoy-matrix: $(foreach v,$(ENVOY_MATRIX),.tools/envoy-$(v)/envoy/_bin/envoy)
+	$(CARGO) build --tests -q
+	@echo "test: $(ENVOY_MATRIX)"
 	@for v in $(ENVOY_MATRIX); do \
 	  SLUICE_ENVOY=$(CURDIR)/.tools/envoy-$$v/envoy/_bin/envoy SLUICE_ENVOY_MATRIX=1 \
 	    $(CARGO) test $(ENVOY_TESTS) -- --test-threads=$(TEST_THREADS) 2>&1 \

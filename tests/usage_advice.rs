@@ -7,6 +7,8 @@
 mod common;
 #[path = "usage_advice/keys.rs"]
 mod keys;
+#[path = "usage_advice/leases.rs"]
+mod leases;
 
 use std::time::Duration;
 
@@ -45,6 +47,8 @@ descriptors:
   - key: shadow
     shadow_mode: true
     rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: big
+    rate_limit: {unit: minute, requests_per_unit: 100000}
 ";
 
 fn start(extra: &[&str]) -> Sluice {

@@ -33,8 +33,11 @@
 //!
 //! Each request is answered with its own position as the count, the count
 //! it would have got had every leased position before it been spent: so a
-//! refusal, `limit_remaining` and the usage levels are those of a count
-//! short of the store's by at most the chunks other instances hold.
+//! refusal and `limit_remaining` are those of a count short of the store's
+//! by at most the chunks other instances hold. The usage levels are read
+//! from the store's count as it moves: a take's whole chunk when it is
+//! counted, positions never spent given back once the window has ended
+//! ([`give_back`]), so a window's usage is exactly what was used.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -46,6 +49,7 @@ use tokio::sync::Notify;
 use super::{CounterKey, Increment};
 use crate::limiter::{Algorithm, Now, Tally};
 
+mod give_back;
 mod landing;
 mod lease;
 
@@ -98,6 +102,9 @@ pub(crate) struct Allowance {
     hasher: RandomState,
     /// Leased positions never spent since last read (under-admission).
     stranded: AtomicU64,
+    /// Positions never spent, to give back once their window (ending at
+    /// the second held) has ended ([`give_back`]).
+    owed: Mutex<Vec<(u64, Increment)>>,
 }
 
 impl Allowance {
@@ -115,6 +122,7 @@ impl Allowance {
             max_chunk,
             hasher: RandomState::new(),
             stranded: AtomicU64::new(0),
+            owed: Mutex::new(Vec::new()),
         }
     }
 
@@ -154,7 +162,7 @@ impl Allowance {
             && l.taking_us == 0
             && let Some(pos) = l.spend(inc)
         {
-            return Plan::Served(Tally::Count(pos));
+            return Plan::Served(Tally::Leased(pos));
         }
         if l.taking_us != 0 && inc.at_us < l.taking_us.saturating_add(TRUST_US) {
             return Plan::Behind;
@@ -169,6 +177,11 @@ impl Allowance {
             return Plan::Plain;
         }
         self.strand(l);
+        // A lease of an ended window: its positions go back to its count.
+        if l.end_s <= inc.window.start.0 {
+            self.owe_left(l);
+        }
+        l.next = l.last.saturating_add(1);
         l.taking_us = inc.at_us.max(1);
         Plan::Take { chunk }
     }
@@ -191,33 +204,21 @@ impl Allowance {
         want.min(headroom / HEADROOM_SHARE).min(self.max_chunk)
     }
 
-    /// A plain answer that refuses `inc` (its count past the limit) while
-    /// this instance holds leased hits of the counter: answered from the
-    /// lease instead, so no instance refuses while it holds allowance (a
-    /// request planned while a take was in flight comes back after it).
-    /// The store counted its own hits as it counts every refusal's.
-    pub(crate) fn rescue(&self, inc: &Increment, tally: Tally) -> Tally {
-        if !self.refused(inc, tally) {
-            return tally;
-        }
-        let mut map = self.shard(&inc.key).lock();
-        map.get_mut(&inc.key)
-            .and_then(|l| l.spend(inc))
-            .map_or(tally, Tally::Count)
-    }
-
-    /// Whether `tally` refuses a leasable `inc`.
-    fn refused(&self, inc: &Increment, tally: Tally) -> bool {
-        matches!(tally, Tally::Count(after) if after > u64::from(inc.limit)) && self.eligible(inc)
-    }
-
-    /// The store answered a take of `chunk` for `inc` with `tally`: the
-    /// request's own answer, its position; the rest of the chunk (up to the
-    /// limit) is leased.
+    /// The store answered `sent`, a take of a chunk for `inc`, with
+    /// `tally`: the request's own answer, its position; the rest of the
+    /// chunk (up to the limit) is leased, and the usage hears of the whole
+    /// chunk as counted ([`give_back`]).
     /// `had_us`: the clock when the answer came, from which the lease is
     /// trusted (a request that starts later asks the store after the take's
     /// count, so its answer can judge the lease).
-    pub(crate) fn took(&self, inc: &Increment, chunk: u64, tally: Tally, had_us: u64) -> Tally {
+    pub(crate) fn took(
+        &self,
+        inc: &Increment,
+        sent: &Increment,
+        tally: Tally,
+        had_us: u64,
+    ) -> Tally {
+        let chunk = sent.hits;
         let after = match tally {
             Tally::Count(after) => after,
             // Counted for the request's own hits only (in the store's window,
@@ -238,10 +239,17 @@ impl Allowance {
             last: after.min(u64::from(inc.limit)),
             at_us: had_us.max(inc.at_us),
             chunk,
+            back: Self::back_of(inc),
             ..Lease::of(inc, after)
         };
+        if let Some(usage) = &inc.leased_usage {
+            usage.counted_late(sent, tally);
+            // Positions past the limit are never spent by anyone.
+            let past = after.saturating_sub(u64::from(inc.limit).max(pos));
+            self.owe(lease.back.as_ref(), past, lease.end_s);
+        }
         self.remember(inc, lease, Source::Take);
-        Tally::Count(pos)
+        Tally::Leased(pos)
     }
 
     /// The store answered `inc` plainly with `tally`: remembered, so the
@@ -262,6 +270,7 @@ impl Allowance {
             (Some(l), Source::Plain) => self.renew(l, inc, lease),
             (Some(l), Source::Take) => {
                 self.strand(l);
+                self.owe_left(l);
                 *l = lease;
                 self.land(&inc.key);
             }
@@ -270,6 +279,7 @@ impl Allowance {
                     // Every sampled entry holds leased hits: the newcomer
                     // is not remembered (a take's hits are stranded).
                     self.strand(&lease);
+                    self.owe_left(&lease);
                     return;
                 }
                 map.insert(inc.key.clone(), lease);
@@ -342,6 +352,7 @@ impl Allowance {
                 let keep = l.end_s > now.0;
                 if !keep {
                     self.strand(l);
+                    self.owe_left(l);
                 }
                 keep
             });

@@ -1,6 +1,6 @@
 use super::*;
 
-fn at(v: &str, limit: u32, at_us: u64) -> Increment {
+pub(super) fn at(v: &str, limit: u32, at_us: u64) -> Increment {
     Increment {
         leasable: true,
         usage_counts_refused: false,
@@ -8,21 +8,33 @@ fn at(v: &str, limit: u32, at_us: u64) -> Increment {
     }
 }
 
+/// The take of `chunk` hits in `inc`'s place.
+pub(super) fn chunk_of(inc: &Increment, chunk: u64) -> Increment {
+    Increment {
+        hits: chunk,
+        ..inc.clone()
+    }
+}
+
 /// A store shared by instances: one fixed-window count.
-struct Shared(u64);
+pub(super) struct Shared(pub(super) u64);
 
 impl Shared {
     /// One request through `a`, as the safety net runs it: its answer.
     fn request(&mut self, a: &Allowance, inc: &Increment) -> u64 {
         let count = |t: Tally| match t {
-            Tally::Count(c) => c,
+            Tally::Count(c) | Tally::Leased(c) => c,
             other => panic!("{other:?}"),
         };
         match a.plan(inc) {
             Plan::Served(t) => count(t),
             Plan::Take { chunk } => {
                 self.0 += chunk;
-                count(a.took(inc, chunk, Tally::Count(self.0), inc.at_us))
+                let sent = Increment {
+                    hits: chunk,
+                    ..inc.clone()
+                };
+                count(a.took(inc, &sent, Tally::Count(self.0), inc.at_us))
             }
             Plan::Plain | Plan::Behind => {
                 self.0 += inc.hits;
@@ -110,7 +122,7 @@ fn a_lease_is_trusted_for_half_a_second_and_a_slow_key_never_grows() {
     a.answered(&late, &Tally::Count(8));
     assert_eq!(
         a.plan(&at("a", 10_000, 60_000_010 + TRUST_US)),
-        Plan::Served(Tally::Count(6))
+        Plan::Served(Tally::Leased(6))
     );
     // ...and a count below it (a reset through another instance) voids it.
     let later = at("a", 10_000, 60_000_000 + 3 * TRUST_US);
@@ -206,8 +218,8 @@ fn a_counter_at_the_ceiling_breaks_nothing() {
     assert_eq!(a.plan(&at("full", u32::MAX, 60_000_001)), Plan::Plain);
     a.answered(&inc, &Tally::Count(u64::MAX));
     assert_eq!(
-        a.took(&inc, 8, Tally::Count(u64::MAX), 60_000_002),
-        Tally::Count(u64::MAX - 7)
+        a.took(&inc, &chunk_of(&inc, 8), Tally::Count(u64::MAX), 60_000_002),
+        Tally::Leased(u64::MAX - 7)
     );
     assert_eq!(a.sweep(Now(1_000_000)), 0);
 }
@@ -225,11 +237,11 @@ fn a_refusal_is_answered_from_a_lease_the_instance_holds() {
     assert_eq!(a.plan(&waiting), Plan::Behind, "a take in flight");
     // Another instance spent the rest meanwhile: the take gets 49 and 50.
     assert_eq!(
-        a.took(&take, 2, Tally::Count(50), 60_000_003),
-        Tally::Count(49)
+        a.took(&take, &chunk_of(&take, 2), Tally::Count(50), 60_000_003),
+        Tally::Leased(49)
     );
     a.answered(&waiting, &Tally::Count(51));
-    assert_eq!(a.rescue(&waiting, Tally::Count(51)), Tally::Count(50));
+    assert_eq!(a.rescue(&waiting, Tally::Count(51)), Tally::Leased(50));
     // Nothing left: a refusal stays one.
     assert_eq!(a.rescue(&waiting, Tally::Count(52)), Tally::Count(52));
     assert_eq!(a.sweep(Now(1_000_000)), 0, "nothing stranded");
@@ -259,10 +271,10 @@ async fn a_refusal_behind_a_take_in_flight_waits_for_its_lease() {
     tokio::time::sleep(Duration::from_millis(5)).await;
     assert!(!waiting.is_finished(), "waits for the take");
     assert_eq!(
-        a.took(&take, 2, Tally::Count(50), 60_000_003),
-        Tally::Count(49)
+        a.took(&take, &chunk_of(&take, 2), Tally::Count(50), 60_000_003),
+        Tally::Leased(49)
     );
-    assert_eq!(waiting.await.ok(), Some(Tally::Count(50)));
+    assert_eq!(waiting.await.ok(), Some(Tally::Leased(50)));
     assert_eq!(a.sweep(Now(1_000_000)), 0, "nothing stranded");
     // No take in flight: at once. A take that never lands: until `until`.
     let started = Instant::now();

@@ -100,6 +100,11 @@ pub struct Increment {
     /// request was answered (a shadow-mode rule's, answered from the
     /// over-limit cache); `None` for every other rule.
     pub late: Option<Arc<dyn CountedLate>>,
+    /// Who hears the usage of the hits this instance answers from leased
+    /// allowance ([`allowance`]): the whole chunk when it is taken, and
+    /// the positions given back when the window ends unspent, each as the
+    /// store's count moved. The rule's usage, for a leasable counter.
+    pub leased_usage: Option<Arc<dyn CountedLate>>,
     /// A take of a chunk to lease in a request's place ([`allowance`]):
     /// `None` for every increment a request makes itself.
     pub take: Option<Take>,
@@ -124,16 +129,34 @@ pub struct Take {
 /// of who listens.
 pub trait CountedLate: Send + Sync + std::fmt::Debug {
     fn counted_late(&self, inc: &Increment, tally: Tally);
+
+    /// Leased positions never spent, given back when their window ended
+    /// (`inc`, a refund of them); `tally` the store's count after.
+    fn leased_back(&self, _inc: &Increment, _tally: Tally) {}
 }
 
 /// A shadow-mode rule's hits answered from the over-limit cache reach its
 /// usage (the core's) when the store has counted them.
 impl CountedLate for sluice_core::rule_stats::RuleStats {
     fn counted_late(&self, inc: &Increment, tally: Tally) {
-        if let Some((before, after, hits)) = sluice_core::usage::crossing(tally, inc.hits, false) {
+        let crossed = sluice_core::usage::crossing(tally, inc.hits, inc.refund);
+        if let Some((before, after, hits)) = crossed {
             let window = inc.window.period.seconds();
             self.usage
                 .record(window, inc.at_us / 1_000_000, before, after, hits);
+        }
+    }
+
+    fn leased_back(&self, inc: &Increment, tally: Tally) {
+        // 0: the counter was gone (expired, or reset), and with it what
+        // the take had counted; nothing to take back.
+        if let Tally::Count(after) = tally
+            && after > 0
+        {
+            let window = inc.window.period.seconds();
+            let before = after.saturating_add(inc.hits);
+            self.usage
+                .given_back(window, inc.at_us / 1_000_000, before, after);
         }
     }
 }
@@ -172,6 +195,7 @@ impl Increment {
             algorithm: Algorithm::FixedWindow,
             on_failure: None,
             late: None,
+            leased_usage: None,
             take: None,
         }
     }

@@ -126,6 +126,7 @@ pub(super) fn inc(v: &str) -> Increment {
         algorithm: crate::limiter::Algorithm::FixedWindow,
         on_failure: None,
         late: None,
+        leased_usage: None,
         take: None,
     }
 }
@@ -365,8 +366,8 @@ async fn refusals_behind_a_take_in_flight_get_its_positions() {
         ..inc("hot")
     };
     // A plain count, a take of 2 and a request served from it.
-    for want in 1..=3 {
-        assert_eq!(r.increment(&[hot()]).await.unwrap(), [Tally::Count(want)]);
+    for want in [Tally::Count(1), Tally::Leased(2), Tally::Leased(3)] {
+        assert_eq!(r.increment(&[hot()]).await.unwrap(), [want]);
     }
     let take = tokio::spawn({
         let r = r.clone();
@@ -388,12 +389,12 @@ async fn refusals_behind_a_take_in_flight_get_its_positions() {
         behind.iter().all(|b| !b.is_finished()),
         "waiting for the take"
     );
-    assert_eq!(take.await.unwrap().unwrap(), [Tally::Count(4)]);
+    assert_eq!(take.await.unwrap().unwrap(), [Tally::Leased(4)]);
     let mut got = Vec::new();
     for b in behind {
         got.extend(b.await.unwrap().unwrap());
     }
-    assert_eq!(got, [Tally::Count(5), Tally::Count(6)]);
-    assert_eq!(r.increment(&[hot()]).await.unwrap(), [Tally::Count(7)]);
+    assert_eq!(got, [Tally::Leased(5), Tally::Leased(6)]);
+    assert_eq!(r.increment(&[hot()]).await.unwrap(), [Tally::Leased(7)]);
     token.cancel();
 }

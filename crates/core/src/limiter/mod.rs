@@ -98,7 +98,10 @@ pub fn status(c: &Counted, now: Now) -> Status {
     match c.tally {
         // Slots free up whenever a request ends: worth asking again soon.
         Tally::Slots { held, .. } => counted_status(c, held, 1, Some(1)),
-        Tally::Count(after) | Tally::Moved(after) | Tally::Remembered(after) => {
+        Tally::Count(after)
+        | Tally::Moved(after)
+        | Tally::Leased(after)
+        | Tally::Remembered(after) => {
             counted_status(c, after, c.window.seconds_until_reset(now), None)
         }
         Tally::Sliding { current, previous } => {
@@ -224,9 +227,10 @@ pub fn would_exceed(
 ) -> bool {
     let limit64 = u64::from(limit);
     match (*seen, *algorithm) {
-        (Tally::Count(c) | Tally::Moved(c) | Tally::Slots { held: c, .. }, _) => {
-            c.saturating_add(hits) > limit64
-        }
+        (
+            Tally::Count(c) | Tally::Moved(c) | Tally::Leased(c) | Tally::Slots { held: c, .. },
+            _,
+        ) => c.saturating_add(hits) > limit64,
         (Tally::Sliding { current, previous }, _) => {
             let window_ms = window.period.seconds().saturating_mul(1000);
             let elapsed = now_ms.saturating_sub(window.start.0.saturating_mul(1000));

@@ -117,6 +117,11 @@ pub enum Tally {
     Moved(u64),
     /// The store did not count: a failure policy decided instead.
     Decided(Decision),
+    /// A fixed window's position answered from this instance's leased
+    /// allowance: judged as its count. Its hits crossed the usage levels
+    /// when the chunk was taken (the store tells the usage then), so the
+    /// answer crosses none.
+    Leased(u64),
     /// A fixed window's count answered from the local over-limit cache:
     /// the count it remembered plus the hits (the store was not asked, so
     /// the count is this instance's view, not the fleet's).

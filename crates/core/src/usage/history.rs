@@ -176,6 +176,24 @@ impl Usage {
     /// A counter of a window of `window_s` went from `before` to `after`
     /// at Unix second `now`, for `hits` (0 for a refund, which lowers it).
     pub fn record(&self, window_s: u64, now: u64, before: u64, after: u64, hits: u64) {
+        self.moved(
+            window_s,
+            now,
+            (before, after),
+            i64::try_from(hits).unwrap_or(i64::MAX),
+        );
+    }
+
+    /// Positions leased and never spent, given back when their window
+    /// ended: the counter went from `before` down to `after`, and those
+    /// hits were never sent (the take that counted them said they were).
+    pub fn given_back(&self, window_s: u64, now: u64, before: u64, after: u64) {
+        let back = i64::try_from(before.saturating_sub(after)).unwrap_or(i64::MAX);
+        self.moved(window_s, now, (before, after), -back);
+    }
+
+    /// A counter moved from `before` to `after`, its hits total by `hits`.
+    fn moved(&self, window_s: u64, now: u64, (before, after): (u64, u64), hits: i64) {
         let (from, to) = (levels::index(before), levels::index(after));
         if from == to && hits == 0 {
             return;
@@ -212,7 +230,14 @@ impl Usage {
                 slot.hits.store(0, Relaxed);
             }
         }
-        slot.hits.fetch_add(hits, Relaxed);
+        if hits >= 0 {
+            slot.hits.fetch_add(hits.unsigned_abs(), Relaxed);
+        } else {
+            let back = hits.unsigned_abs();
+            let _ = slot
+                .hits
+                .fetch_update(Relaxed, Relaxed, |h| Some(h.saturating_sub(back)));
+        }
         if to > from {
             for k in slot.keys.get(from..to).into_iter().flatten() {
                 k.fetch_add(1, Relaxed);

@@ -52,6 +52,11 @@ pub fn crossing(tally: Tally, hits: u64, refund: bool) -> Option<(u64, u64, u64)
     })
 }
 
+/// How long after a period ends its figures may still move: leased
+/// positions never spent are given back once their window has ended (the
+/// store's sweep, each second, then a round trip).
+pub const SETTLE_SECONDS: u64 = 5;
+
 /// The Prometheus buckets of the per-key peak (bounded: these 16 and +Inf).
 const EXPORTED: [u64; 16] = [
     1, 2, 3, 5, 10, 20, 30, 50, 100, 200, 300, 500, 1000, 2000, 5000, 10000,
@@ -64,10 +69,12 @@ pub type Exported = (Vec<(f64, u64)>, u64, u64);
 /// A limit's completed periods as a running histogram of per-key peaks:
 /// each (key, period) is one observation of its peak, so the counts only
 /// grow (periods are folded in as a scrape finds them complete, while the
-/// last hour is kept). Keys per bucket (not cumulative), keys, hits.
+/// last hour is kept, and [`SETTLE_SECONDS`] after each ends, so leased
+/// positions given back when their window ended are in). Keys per bucket
+/// (not cumulative), keys, hits.
 pub fn histogram(usage: &Usage, now: u64) -> Option<Exported> {
     let window = usage.window();
-    let current = now / history::period_of(window);
+    let current = now.saturating_sub(SETTLE_SECONDS) / history::period_of(window);
     let mut totals = usage.totals()?.lock();
     if totals.buckets.is_empty() {
         totals.buckets = vec![0; EXPORTED.len() + 1];

@@ -192,6 +192,7 @@ fn limit(l: &PeekedLimit) -> Value {
             "store",
         ),
         Tally::Remembered(c) => (Some(c), "local over-limit cache"),
+        Tally::Leased(c) => (Some(c), "this instance's leased allowance"),
         Tally::Decided(Decision::Admit) => (None, "failure policy: admit"),
         Tally::Decided(Decision::Refuse) => (None, "failure policy: refuse"),
     };

@@ -79,6 +79,10 @@ impl Counting<'_> {
         let refundable = self
             .rule
             .map_or(knobs.refundable_overrides, |r| r.refundable);
+        // A refundable counter's count falls with every refund, which
+        // would void other instances' leases again and again: it asks
+        // the store for every request, as `leased_allowance: false`.
+        let leasable = !refundable && self.rule.is_none_or(|r| r.leased_allowance);
         Increment {
             key: self.key.clone(),
             hits,
@@ -90,10 +94,7 @@ impl Counting<'_> {
             // shadow-mode rule is cached too (a flood of it must not reach
             // the store): the cache keeps its hits for the store to count.
             cacheable: !refundable,
-            // A refundable counter's count falls with every refund, which
-            // would void other instances' leases again and again: it asks
-            // the store for every request, as `leased_allowance: false`.
-            leasable: !refundable && self.rule.is_none_or(|r| r.leased_allowance),
+            leasable,
             // A shadow-mode rule refuses no one: its whole demand is usage.
             usage_counts_refused: self.rule.is_some_and(|r| r.shadow_mode),
             limit: self.store_limit(),
@@ -109,6 +110,11 @@ impl Counting<'_> {
                 }
                 _ => None,
             },
+            // The usage of hits answered from leased allowance is told by
+            // the store, as the count moves (the chunk taken, positions
+            // given back): the answers themselves cross no level.
+            leased_usage: (leasable && !refund && self.algorithm == Algorithm::FixedWindow)
+                .then(|| self.stats.clone() as Arc<dyn CountedLate>),
             take: None,
         }
     }

@@ -12,10 +12,47 @@
 use tokio::time::Instant;
 
 use super::Allowance;
+use super::lease::Lease;
 use crate::limiter::Tally;
 use crate::{CounterKey, Increment};
 
 impl Allowance {
+    /// A plain answer that refuses `inc` (its count past the limit) while
+    /// this instance holds leased hits of the counter: answered from the
+    /// lease instead, so no instance refuses while it holds allowance (a
+    /// request planned while a take was in flight comes back after it).
+    /// The store counted its own hits as it counts every refusal's.
+    pub(crate) fn rescue(&self, inc: &Increment, tally: Tally) -> Tally {
+        if !self.refused(inc, tally) {
+            return tally;
+        }
+        let mut map = self.shard(&inc.key).lock();
+        match map.get_mut(&inc.key) {
+            Some(l) => self.serve_refused(l, inc, tally),
+            None => tally,
+        }
+    }
+
+    /// A refusal `tally` of `inc` answered from `l` when it has a position
+    /// for it. The request's own hits were counted by the store, so the
+    /// usage hears of them as counted, and the position it spends is given
+    /// back when the window ends: it counts once, as without leases.
+    fn serve_refused(&self, l: &mut Lease, inc: &Increment, tally: Tally) -> Tally {
+        let Some(pos) = l.spend(inc) else {
+            return tally;
+        };
+        if let (Some(usage), Some(_)) = (&inc.leased_usage, &l.back) {
+            usage.counted_late(inc, tally);
+            self.owe(l.back.as_ref(), inc.hits, l.end_s);
+        }
+        Tally::Leased(pos)
+    }
+
+    /// Whether `tally` refuses a leasable `inc`.
+    fn refused(&self, inc: &Increment, tally: Tally) -> bool {
+        matches!(tally, Tally::Count(after) if after > u64::from(inc.limit)) && self.eligible(inc)
+    }
+
     /// `tally`, the store's plain answer for `inc`; a refusal while a take
     /// of its counter is in flight is answered from the take's lease once
     /// it lands, or stays a refusal at `until`.
@@ -32,7 +69,7 @@ impl Allowance {
                 let mut map = self.shard(&inc.key).lock();
                 match map.get_mut(&inc.key) {
                     Some(l) if l.taking_us != 0 => None,
-                    Some(l) => Some(l.spend(inc).map_or(tally, Tally::Count)),
+                    Some(l) => Some(self.serve_refused(l, inc, tally)),
                     None => Some(tally),
                 }
             };

@@ -1,11 +1,13 @@
 //! One instance's lease of a counter: the positions it may give, and what
 //! sizes its next chunk.
 
+use std::sync::Arc;
+
 use crate::Increment;
 use crate::limiter::{WindowStart, clock};
 
 /// Positions leased of one counter, or the last plain answer for it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct Lease {
     pub(super) start: WindowStart,
     pub(super) end_s: u64,
@@ -22,6 +24,9 @@ pub(super) struct Lease {
     /// A take in flight since this µs (0: none): the others ask plainly
     /// (`Plan::Behind`).
     pub(super) taking_us: u64,
+    /// How to give back positions never spent (a refund of the counter,
+    /// its usage told), for a take's lease whose usage someone hears.
+    pub(super) back: Option<Arc<Increment>>,
 }
 
 impl Lease {
@@ -38,6 +43,7 @@ impl Lease {
             spent: inc.hits,
             seen: after,
             taking_us: 0,
+            back: None,
         }
     }
 

@@ -186,7 +186,7 @@ impl Resilient {
         }
         self.cache.record(sent, &t);
         if is_take(inc, sent) {
-            return self.allowance.took(inc, sent.hits, t, Now::wall_us());
+            return self.allowance.took(inc, sent, t, Now::wall_us());
         }
         self.allowance.answered(inc, &t);
         self.allowance.rescue(inc, t)

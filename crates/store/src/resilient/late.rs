@@ -33,6 +33,7 @@ impl Resilient {
     /// count remembered and told to its listener. Hits the store could not
     /// count are lost to the usage only: their requests were answered.
     pub(super) async fn count_due(&self) {
+        self.give_back_due().await;
         let due = self.cache.due();
         if due.is_empty() {
             return;
@@ -45,6 +46,26 @@ impl Resilient {
             self.cache.record(inc, &tally);
             if let Some(late) = &inc.late {
                 late.counted_late(inc, tally);
+            }
+        }
+    }
+
+    /// Leased positions never spent, whose window has ended, given back to
+    /// the store, each counter's usage told of the count's walk down
+    /// ([`crate::allowance`]'s `give_back`). Positions the store could not
+    /// take back stay counted: the usage is over by them.
+    async fn give_back_due(&self) {
+        let due = self.allowance.due_back(crate::limiter::Now::wall());
+        if due.is_empty() {
+            return;
+        }
+        let refs: Vec<&Increment> = due.iter().collect();
+        let Ok(tallies) = self.ask_primary(&refs, None).await else {
+            return;
+        };
+        for (inc, tally) in due.iter().zip(tallies) {
+            if let Some(usage) = &inc.leased_usage {
+                usage.leased_back(inc, tally);
             }
         }
     }
