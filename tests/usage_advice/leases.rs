@@ -76,7 +76,28 @@ fn one_call_per_request(totals: &[u64], limit: u64) -> i64 {
 async fn with_leases_on_an_ended_window_reads_exactly_what_was_sent() {
     let redis = RedisServer::start();
     let (a, b) = (on_redis(&redis), on_redis(&redis));
-    let mut clients = vec![a.client().await, b.client().await];
+    an_ended_window_is_exact(&[&a, &b]).await;
+}
+
+/// The same on a Redis Cluster, three instances.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_leases_on_a_cluster_an_ended_window_reads_exactly_what_was_sent() {
+    let cluster = common::redis::RedisCluster::start();
+    let seeds = cluster.seeds();
+    let args = ["--redis-cluster", seeds.as_str(), "--redis-timeout", "2s"];
+    let fleet: Vec<Sluice> = (0..3).map(|_| start(&args)).collect();
+    let refs: Vec<&Sluice> = fleet.iter().collect();
+    an_ended_window_is_exact(&refs).await;
+}
+
+/// A known population through `instances`, in one window of a minute; once
+/// it has ended, the fleet's figures for it against one store call per
+/// request.
+async fn an_ended_window_is_exact(instances: &[&Sluice]) {
+    let mut clients = Vec::new();
+    for s in instances {
+        clients.push(s.client().await);
+    }
     for attempt in 0..3 {
         room_in_window(60, 45);
         let minute = now_s() / 60;
@@ -85,9 +106,10 @@ async fn with_leases_on_an_ended_window_reads_exactly_what_was_sent() {
             // The sends spilled into the next window: try again there.
             continue;
         }
-        let served = metric(&a.get("/metrics").1, "sluice_store_allowance_answers_total")
-            .unwrap_or(0.0)
-            + metric(&b.get("/metrics").1, "sluice_store_allowance_answers_total").unwrap_or(0.0);
+        let served: f64 = instances
+            .iter()
+            .filter_map(|s| metric(&s.get("/metrics").1, "sluice_store_allowance_answers_total"))
+            .sum();
         assert!(served > 500.0, "leases answered {served} requests");
         let exact = |l: u64| {
             let keys = totals.iter().filter(|t| **t > l).count() as i64;
@@ -95,7 +117,7 @@ async fn with_leases_on_an_ended_window_reads_exactly_what_was_sent() {
         };
         let start = minute * 60;
         let figures =
-            || [1, 5, 10, 25, 30, 31].map(|l| (in_window(&[&a, &b], "big", l, start), exact(l)));
+            || [1, 5, 10, 25, 30, 31].map(|l| (in_window(instances, "big", l, start), exact(l)));
         let settled = eventually(Duration::from_secs(90), || {
             now_s() / 60 > minute && figures().iter().all(|(got, want)| got == want)
         });
@@ -106,7 +128,7 @@ async fn with_leases_on_an_ended_window_reads_exactly_what_was_sent() {
         );
         // Past 32 the levels are 5% apart, as without leases.
         for l in [40, 59, 100, 299] {
-            let (keys, refused, _) = in_window(&[&a, &b], "big", l, start);
+            let (keys, refused, _) = in_window(instances, "big", l, start);
             let low = exact(l).1;
             let high = exact((l as f64 / 1.05).floor() as u64).1;
             assert_eq!(keys, 63);

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Resilient;
 use crate::Increment;
+use crate::limiter::Tally;
 
 /// How often the hits kept in the cache are counted in the store.
 pub(super) const LATE_EVERY: Duration = Duration::from_millis(250);
@@ -32,17 +33,19 @@ impl Resilient {
     /// One round: the hits due, counted in one call, each counter's new
     /// count remembered and told to its listener. Hits the store could not
     /// count are lost to the usage only: their requests were answered.
+    /// Then leased positions never spent, whose window has ended, given
+    /// back to the store, each counter's usage told of the count's walk
+    /// down (`allowance`'s `give_back`): positions the store could not take
+    /// back stay counted, the usage over by them.
     pub(super) async fn count_due(&self) {
-        self.give_back_due().await;
-        let due = self.cache.due();
-        if due.is_empty() {
-            return;
+        let back = self.allowance.due_back(crate::limiter::Now::wall());
+        for (inc, tally) in self.ask_all(&back).await {
+            if let Some(usage) = &inc.leased_usage {
+                usage.leased_back(inc, tally);
+            }
         }
-        let refs: Vec<&Increment> = due.iter().collect();
-        let Ok(tallies) = self.ask_primary(&refs, None).await else {
-            return;
-        };
-        for (inc, tally) in due.iter().zip(tallies) {
+        let due = self.cache.due();
+        for (inc, tally) in self.ask_all(&due).await {
             self.cache.record(inc, &tally);
             if let Some(late) = &inc.late {
                 late.counted_late(inc, tally);
@@ -50,23 +53,16 @@ impl Resilient {
         }
     }
 
-    /// Leased positions never spent, whose window has ended, given back to
-    /// the store, each counter's usage told of the count's walk down
-    /// ([`crate::allowance`]'s `give_back`). Positions the store could not
-    /// take back stay counted: the usage is over by them.
-    async fn give_back_due(&self) {
-        let due = self.allowance.due_back(crate::limiter::Now::wall());
-        if due.is_empty() {
-            return;
+    /// `incs` counted in one call, each with its count; none when the store
+    /// could not count them.
+    async fn ask_all<'a>(&self, incs: &'a [Increment]) -> Vec<(&'a Increment, Tally)> {
+        if incs.is_empty() {
+            return Vec::new();
         }
-        let refs: Vec<&Increment> = due.iter().collect();
-        let Ok(tallies) = self.ask_primary(&refs, None).await else {
-            return;
-        };
-        for (inc, tally) in due.iter().zip(tallies) {
-            if let Some(usage) = &inc.leased_usage {
-                usage.leased_back(inc, tally);
-            }
+        let refs: Vec<&Increment> = incs.iter().collect();
+        match self.ask_primary(&refs, None).await {
+            Ok(tallies) => incs.iter().zip(tallies).collect(),
+            Err(_) => Vec::new(),
         }
     }
 }
