@@ -342,6 +342,7 @@ impl ServeArgs {
                 near_ratio: self.near_limit_ratio,
                 stop_when_over: self.stop_increment_when_over_limit,
                 refundable_overrides: self.refundable_overrides,
+                leases: self.store.leases(),
             },
             max_pending: self.max_pending,
         }

@@ -170,6 +170,19 @@ impl StoreArgs {
         self.leased_allowance && self.key_format != KeyFormatArg::Envoyproxy
     }
 
+    /// Whether the store leases allowance: a shared store, leasing on and
+    /// given room to lease.
+    pub(crate) fn leases(&self) -> bool {
+        let shared = self.redis_url.is_some()
+            || !self.redis_cluster.is_empty()
+            || self.redis_sentinel.is_some()
+            || !self.memcache_servers.is_empty();
+        shared
+            && self.leases_allowance()
+            && self.allowance_keys > 0
+            && self.allowance_max_chunk >= 2
+    }
+
     pub(crate) fn resilient_options(&self) -> ResilientOptions {
         ResilientOptions {
             policy: self.store_failure.into(),

@@ -28,6 +28,9 @@ pub struct Knobs {
     pub stop_when_over: bool,
     /// `--refundable-overrides`: a per-request override is refundable.
     pub refundable_overrides: bool,
+    /// The store leases allowance (a shared store, `--leased-allowance`):
+    /// it tells a rule's usage of the hits it answers from leases.
+    pub leases: bool,
 }
 
 impl Default for Knobs {
@@ -37,6 +40,7 @@ impl Default for Knobs {
             near_ratio: limiter::NEAR_LIMIT_RATIO,
             stop_when_over: false,
             refundable_overrides: false,
+            leases: false,
         }
     }
 }
@@ -113,7 +117,10 @@ impl Counting<'_> {
             // The usage of hits answered from leased allowance is told by
             // the store, as the count moves (the chunk taken, positions
             // given back): the answers themselves cross no level.
-            leased_usage: (leasable && !refund && self.algorithm == Algorithm::FixedWindow)
+            leased_usage: (knobs.leases
+                && leasable
+                && !refund
+                && self.algorithm == Algorithm::FixedWindow)
                 .then(|| self.stats.clone() as Arc<dyn CountedLate>),
             take: None,
         }
