@@ -341,6 +341,8 @@ impl Allowance {
         if self.per_shard > 0 {
             self.shard(key).lock().remove(key);
             self.land(key);
+            // What the reset cleared is not given back to the new count.
+            self.owed.lock().retain(|(_, inc)| inc.key != *key);
         }
     }
 

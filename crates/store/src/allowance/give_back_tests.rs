@@ -143,3 +143,23 @@ fn nothing_is_given_back_before_its_window_ends() {
     assert_eq!(back.iter().map(|b| b.hits).sum::<u64>(), store.0 - 40);
     assert!(back.iter().all(|b| b.refund && b.window.start.0 == 60));
 }
+
+/// A reset clears what was owed for the counter: given back after it, the
+/// positions would take hits off the count that started again.
+#[test]
+fn a_reset_clears_what_was_owed() {
+    let walk = Arc::new(Walk::default());
+    let a = Allowance::new(100, 4096);
+    let mut store = Shared(0);
+    for i in 0..40 {
+        let inc = Increment {
+            leased_usage: Some(walk.clone()),
+            ..at("a", 10_000, 60_000_000 + i * 10)
+        };
+        answer(&a, &inc, &mut store, &walk);
+    }
+    a.sweep(Now(120));
+    let key = at("a", 10_000, 60_000_000).key;
+    a.forget(&key);
+    assert!(a.due_back(Now(120)).is_empty());
+}
