@@ -15,8 +15,9 @@
 //! a count that falls mid-window would void other instances' leases, whose
 //! positions it no longer covers.
 //!
-//! The queue is bounded ([`MAX_OWED`] increments); past it a give-back is
-//! dropped and its positions stay counted (the usage over by them).
+//! The queue holds at most as many give-backs as the instance may hold
+//! leases (`--allowance-keys`); past it a give-back is dropped and its
+//! positions stay counted (the usage over by them).
 
 use std::sync::Arc;
 
@@ -24,9 +25,6 @@ use super::Allowance;
 use super::lease::Lease;
 use crate::Increment;
 use crate::limiter::Now;
-
-/// Give-backs waiting for their window to end, at most.
-pub(super) const MAX_OWED: usize = 65_536;
 
 impl Allowance {
     /// Owes back the positions `l` leased and will never spend.
@@ -41,7 +39,7 @@ impl Allowance {
             return;
         };
         let mut owed = self.owed.lock();
-        if owed.len() >= MAX_OWED {
+        if owed.len() >= self.per_shard.saturating_mul(super::SHARDS) {
             return;
         }
         owed.push((
