@@ -55,12 +55,8 @@ fn redis_total(redis: &RedisServer) -> u64 {
 /// breaker never opens.
 #[tokio::test]
 async fn past_max_pending_requests_are_shed_never_counted_per_instance() {
-    // Leases off: a lease counts its whole chunk before its hits are
-    // spent, so with leases Redis holds the admitted plus what this
-    // instance holds leased (a request planned after the first answers,
-    // as a loaded machine schedules it, takes a chunk of 2 and spends 1:
-    // 10 counted for 9 admitted, beside two busy loops). Leases' own
-    // exactness is tests/allowance.rs's.
+    // Leases off: a lease counts its chunk before it is spent (beside two
+    // busy loops, 10 counted for 9 admitted); see tests/allowance.rs.
     let (redis, proxy, s) =
         behind_a_slow_link(&["--max-pending", "4", "--leased-allowance", "false"]);
     let mut c = s.client().await;
