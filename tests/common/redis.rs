@@ -219,6 +219,31 @@ impl RedisServer {
             .collect()
     }
 
+    /// Each counter key held here with its count, read by one redis-cli
+    /// (a process per key took seconds on a loaded machine: longer than a
+    /// fixed window's key outlives its window).
+    pub fn counts(&self) -> Vec<(String, u64)> {
+        use std::io::Write;
+        let keys = self.counter_keys();
+        let mut child = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("redis-cli");
+        let mut stdin = child.stdin.take().expect("stdin");
+        for k in &keys {
+            writeln!(stdin, "GET \"{k}\"").expect("write");
+        }
+        drop(stdin);
+        let out = child.wait_with_output().expect("redis-cli");
+        let text = String::from_utf8_lossy(&out.stdout);
+        keys.into_iter()
+            .zip(text.lines())
+            .filter_map(|(k, v)| Some((k, v.trim().trim_matches('"').parse().ok()?)))
+            .collect()
+    }
+
     /// `command`'s line of `INFO commandstats`, as `(field, value)` pairs
     /// (none if it never ran).
     fn commandstats(&self, command: &str) -> Vec<(String, u64)> {
