@@ -6,6 +6,8 @@
 mod common;
 #[path = "envoy/lifecycle.rs"]
 mod lifecycle;
+#[path = "envoy/rolling.rs"]
+mod rolling;
 
 use std::time::Duration;
 

@@ -211,6 +211,7 @@ async fn serve_on(
     }
     let opts = ServeOptions {
         console,
+        delay: args.shutdown_delay,
         grace: args.shutdown_grace,
         watch_config: !args.no_watch,
         max_request_bytes: args.limits.max_request_bytes,

@@ -241,7 +241,12 @@ pub struct ServeArgs {
     /// first answers (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION).
     #[arg(help_heading = heading::LISTENERS, long, env = "SLUICE_HEALTHCHECK_NEEDS_STORE")]
     pub(crate) healthcheck_needs_store: bool,
-    /// Longest wait for in-flight requests after SIGTERM/SIGINT, e.g. 10s or 500ms.
+    /// After SIGTERM/SIGINT, how long to stay not-ready but keep serving
+    /// every connection before sending GOAWAY (time for the endpoint's
+    /// removal to reach every client; the Helm chart sets 5s).
+    #[arg(help_heading = heading::LISTENERS, long, env = "SLUICE_SHUTDOWN_DELAY", default_value = "0s", value_parser = parse_duration)]
+    pub(crate) shutdown_delay: Duration,
+    /// Longest wait for in-flight requests after GOAWAY, e.g. 10s or 500ms.
     #[arg(help_heading = heading::LISTENERS, long, env = "SLUICE_SHUTDOWN_GRACE", default_value = "10s", value_parser = parse_duration)]
     pub(crate) shutdown_grace: Duration,
     /// Threads that serve requests (default: one per CPU core).

@@ -76,7 +76,9 @@ pub enum ServeError {
 /// How to serve.
 #[derive(Clone)]
 pub struct ServeOptions {
-    /// Longest drain of in-flight requests after shutdown starts.
+    /// How long shutdown keeps serving, not ready, before the GOAWAY.
+    pub delay: Duration,
+    /// Longest drain of in-flight requests after the GOAWAY.
     pub grace: Duration,
     /// Largest gRPC request message accepted (`--max-request-bytes`).
     pub max_request_bytes: usize,
@@ -111,7 +113,7 @@ pub async fn run(
     token: CancellationToken,
 ) -> Result<(), ServeError> {
     let draining = Arc::new(AtomicBool::new(false));
-    let (health, stopper) = health(shutdown, draining.clone(), token.clone()).await;
+    let (health, stopper) = health(shutdown, opts.delay, draining.clone(), token.clone()).await;
     let console = opts.console.clone();
     let tasks = tasks::spawn(&app, &opts, &console, &token);
     tasks::reference_metrics(&tasks, listeners.reference_metrics, &app, &opts, &token);
@@ -158,9 +160,14 @@ pub async fn run(
 }
 
 /// Health `SERVING` now, and the task that turns it (and `/readyz`) to
-/// `NOT_SERVING` and cancels `token` when `shutdown` resolves.
+/// `NOT_SERVING` when `shutdown` resolves, keeps serving for `delay` (every
+/// connection as before: a client that has not yet heard the endpoint is
+/// gone still gets its answers, where a GOAWAY now would race its requests
+/// and a closed listener refuse its next connection), then cancels `token`:
+/// the GOAWAY and the drain.
 async fn health(
     shutdown: impl Future<Output = ()> + Send + 'static,
+    delay: Duration,
     draining: Arc<AtomicBool>,
     token: CancellationToken,
 ) -> (HealthServer<impl Health>, tokio::task::JoinHandle<()>) {
@@ -171,16 +178,25 @@ async fn health(
             .await;
     }
     let stopper = tokio::spawn(async move {
-        tokio::select! {
-            () = shutdown => {}
-            () = token.cancelled() => {}
-        }
-        info!("shutdown started: health NOT_SERVING, draining in-flight requests");
+        let asked = tokio::select! {
+            () = shutdown => true,
+            () = token.cancelled() => false,
+        };
+        info!(
+            delay_seconds = delay.as_secs_f64(),
+            "shutdown started: health NOT_SERVING, serving until the delay ends, then draining in-flight requests"
+        );
         draining.store(true, Ordering::Relaxed);
         for name in ["", SERVICE_NAME, quota::SERVICE_NAME] {
             reporter
                 .set_service_status(name, ServingStatus::NotServing)
                 .await;
+        }
+        if asked {
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = token.cancelled() => {}
+            }
         }
         token.cancel();
     });
