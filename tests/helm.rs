@@ -23,9 +23,10 @@ use common::workspace;
 use serde_json::Value;
 
 /// The values profiles under `ci/` (and the defaults, "default").
-const PROFILES: [&str; 8] = [
+const PROFILES: [&str; 9] = [
     "default",
     "memory",
+    "memcache",
     "ha-redis",
     "sentinel",
     "cluster",

@@ -58,7 +58,7 @@ fn every_object_passes_the_api_schemas_strictly() {
 /// what to change.
 #[test]
 fn values_that_would_break_a_release_are_refused() {
-    let refused: [(&[&str], &str); 10] = [
+    let refused: [(&[&str], &str); 11] = [
         (&["--set", "replicaCount=-1"], "replicaCount"),
         (&["--set", "replicaz=2"], "Additional property replicaz"),
         (
@@ -84,6 +84,10 @@ fn values_that_would_break_a_release_are_refused() {
         (&["--set", "image.tag=latest"], "image.tag"),
         (&["--set", "rules.source=xds"], "needs rules.xds.server"),
         (&["--set", "store.type=etcd"], "store.type"),
+        (
+            &["--set", "store.type=memcache,store.memcacheServers=m:11211"],
+            "memcached cannot",
+        ),
     ];
     for (args, words) in refused {
         match template("default", args) {

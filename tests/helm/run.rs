@@ -156,12 +156,13 @@ impl Running {
 
 /// Up by its probes, a decision served, then SIGTERM: not ready at once,
 /// still answering, gone with exit 0 within the pod's grace period.
-async fn runs_and_drains(profile: &str, secrets: &HashMap<(&str, &str), String>) {
-    let objs = objects(&render(profile));
+async fn runs_and_drains(profile: &str, args: &[&str], secrets: &HashMap<(&str, &str), String>) {
+    let objs = objects(&template(profile, args).expect("render"));
     let mut pod = launch(&objs, secrets);
     for probe in ["startupProbe", "livenessProbe", "readinessProbe"] {
         let up = eventually(Duration::from_secs(30), || pod.probe(probe) == Some(200));
-        assert!(up, "{profile}: {probe} never answered 200");
+        let log = std::fs::read_to_string(pod._root.path().join("log")).unwrap_or_default();
+        assert!(up, "{profile}: {probe} never answered 200\n{log}");
     }
     assert_eq!(pod.decide().await.expect("a decision"), 1, "{profile}: OK");
     let stopped = Instant::now();
@@ -191,12 +192,12 @@ async fn runs_and_drains(profile: &str, secrets: &HashMap<(&str, &str), String>)
 async fn the_default_release_runs_on_redis_and_drains() {
     let redis = RedisServer::start();
     let secrets = HashMap::from([(("sluice-redis", "url"), redis.url())]);
-    runs_and_drains("default", &secrets).await;
+    runs_and_drains("default", &[], &secrets).await;
 }
 
 #[tokio::test]
 async fn one_replica_on_memory_runs_and_drains() {
-    runs_and_drains("memory", &HashMap::new()).await;
+    runs_and_drains("memory", &[], &HashMap::new()).await;
 }
 
 #[tokio::test]
@@ -206,5 +207,12 @@ async fn the_ha_release_runs_with_its_admin_token_and_drains() {
         (("sluice-redis", "url"), redis.url()),
         (("sluice-admin", "token"), "s3cret-token".to_owned()),
     ]);
-    runs_and_drains("ha-redis", &secrets).await;
+    runs_and_drains("ha-redis", &[], &secrets).await;
+}
+
+#[tokio::test]
+async fn the_memcache_release_runs_and_drains() {
+    let memcached = common::memcache::Memcached::start();
+    let servers = format!("store.memcacheServers={}", memcached.addr());
+    runs_and_drains("memcache", &["--set", &servers], &HashMap::new()).await;
 }

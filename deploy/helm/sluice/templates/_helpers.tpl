@@ -70,7 +70,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if and (eq .Values.store.type "memory") (gt (int (include "sluice.maxReplicas" .)) 1) -}}
 {{- fail "store.type memory counts in each pod alone: set replicaCount 1 (and autoscaling.enabled false), or a shared store (redis, sentinel, cluster)" -}}
 {{- end -}}
-{{- if and (ne .Values.store.type "memory") (not .Values.store.existingSecret) -}}
+{{- if and (eq .Values.store.type "memcache") (not .Values.store.memcacheServers) -}}
+{{- fail "store.type memcache needs store.memcacheServers (host:port,...)" -}}
+{{- end -}}
+{{- if and (eq .Values.store.type "memcache") (eq .Values.rules.source "inline") (not .Values.rules.files) -}}
+{{- fail "store.type memcache: the example rules hold a concurrency limit, which memcached cannot; give your rules in rules.files" -}}
+{{- end -}}
+{{- if and (has .Values.store.type (list "redis" "sentinel" "cluster")) (not .Values.store.existingSecret) -}}
 {{- fail (printf "store.type %s needs store.existingSecret: a Secret holding the store's address (key store.secretKey)" .Values.store.type) -}}
 {{- end -}}
 {{- if and (eq .Values.rules.source "configMap") (not .Values.rules.existingConfigMap) -}}

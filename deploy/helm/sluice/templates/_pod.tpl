@@ -16,11 +16,16 @@
 - {name: SLUICE_SHUTDOWN_DELAY, value: "{{ $v.shutdown.delaySeconds }}s"}
 - {name: SLUICE_SHUTDOWN_GRACE, value: "{{ $v.shutdown.graceSeconds }}s"}
 - {name: SLUICE_LEASED_ALLOWANCE, value: {{ $v.leasedAllowance | quote }}}
+{{- if eq $v.store.type "memcache" }}
+- {name: SLUICE_MEMCACHE_SERVERS, value: {{ $v.store.memcacheServers | quote }}}
+{{- end }}
 {{- if ne $v.store.type "memory" }}
 {{- $var := dict "redis" "SLUICE_REDIS_URL" "cluster" "SLUICE_REDIS_CLUSTER" "sentinel" "SLUICE_REDIS_SENTINEL" }}
+{{- if hasKey $var $v.store.type }}
 - name: {{ get $var $v.store.type }}
   valueFrom:
     secretKeyRef: {name: {{ $v.store.existingSecret }}, key: {{ $v.store.secretKey }}}
+{{- end }}
 - {name: SLUICE_REDIS_TIMEOUT, value: {{ $v.store.timeout | quote }}}
 - {name: SLUICE_STORE_FAILURE, value: {{ $v.store.failure | quote }}}
 {{- if and (eq $v.store.type "sentinel") $v.store.sentinelPasswordSecret.name }}
