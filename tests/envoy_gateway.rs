@@ -364,3 +364,5 @@ fn in_the_image() {
 
 #[path = "envoy_gateway/deployments.rs"]
 mod deployments;
+#[path = "envoy_gateway/shutdown.rs"]
+mod shutdown;
