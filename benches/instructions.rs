@@ -133,12 +133,29 @@ fn main() {
         ("3 descriptors", &three),
         ("token bucket (hot key)", &bucket),
     ];
+    let mut hot_noop = None;
     for (case, b) in cases {
         let a = count(dir.path(), "noop", &noop, b, n);
+        hot_noop.get_or_insert(a);
         let s = count(dir.path(), "sluice", &sluice, b, n);
         println!("| {case} | {a:.0} | {s:.0} | {:.3} |", a / s);
     }
+    on_redis(dir.path(), &sluice, &one, hot_noop.unwrap_or(0.0), n);
     by_rule_count(dir.path(), &sluice, n);
+}
+
+/// The hot key on one Redis with leased allowance on (the default fleet's
+/// store): answered from chunks of its limit, the usage levels read from
+/// the chunks as counted.
+fn on_redis(dir: &Path, sluice: &[String], body: &Path, noop: f64, n: u64) {
+    let redis = common::redis::RedisServer::start();
+    let mut args = sluice.to_vec();
+    args.extend(["--redis-url".into(), redis.url()]);
+    let s = count(dir, "redis", &args, body, n);
+    println!(
+        "| 1 descriptor (hot key), Redis, leases on | {noop:.0} | {s:.0} | {:.3} |",
+        noop / s
+    );
 }
 
 /// The matcher's cost against the rule count: one per-customer value
