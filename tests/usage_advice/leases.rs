@@ -147,14 +147,34 @@ async fn an_ended_window_is_exact(instances: &[&Sluice], nodes: &[&RedisServer])
             [1, 5, 10, 25, 30, 31]
                 .map(|l| (in_window(instances, "big", l, start), exact(&counted, l)))
         };
+        // Give-backs whose answer never came (the store slower than its
+        // timeout at the window's end) may read over by their positions,
+        // as the book says; none lost, the figures are exact.
+        let unsettled = || -> i64 {
+            instances
+                .iter()
+                .filter_map(|s| {
+                    metric(
+                        &s.get("/metrics").1,
+                        "sluice_store_allowance_unsettled_total",
+                    )
+                })
+                .sum::<f64>() as i64
+        };
+        let within = |(got, want): &((i64, i64, i64), (i64, i64, i64))| {
+            let over = [got.0 - want.0, got.1 - want.1, got.2 - want.2];
+            over.iter().all(|d| (0..=unsettled()).contains(d))
+        };
         let settled = eventually(Duration::from_secs(90), || {
-            now_s() / 60 > minute && figures().iter().all(|(got, want)| got == want)
+            now_s() / 60 > minute && figures().iter().all(within)
         });
         assert!(
             settled,
-            "the fleet's figures against the store's: {:?}",
+            "the fleet's figures against the store's ({} positions unsettled): {:?}",
+            unsettled(),
             figures()
         );
+        eprintln!("give-backs unsettled: {} positions", unsettled());
         // A counter per key (and any a spilled attempt left in this window).
         let n = counted.borrow().len();
         assert!(n >= totals.len(), "{n} counters");

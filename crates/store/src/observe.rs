@@ -29,6 +29,9 @@ pub trait StoreObserver: Send + Sync {
     fn allowance(&self, answered: u64, leases: u64);
     /// Leased hits never spent (given up when their lease lapsed).
     fn allowance_stranded(&self, hits: u64);
+    /// Positions given back whose answer never came: the store may have
+    /// taken them back unheard, so the usage may read over by them.
+    fn allowance_unsettled(&self, hits: u64);
     /// Descriptors answered from the local over-limit cache.
     fn local_cache_hits(&self, n: u64);
     /// A request dropped before its store call: its caller had gone.
@@ -52,6 +55,7 @@ impl StoreObserver for Unobserved {
     fn policy_decisions(&self, _: &str, _: u64) {}
     fn allowance(&self, _: u64, _: u64) {}
     fn allowance_stranded(&self, _: u64) {}
+    fn allowance_unsettled(&self, _: u64) {}
     fn local_cache_hits(&self, _: u64) {}
     fn abandoned(&self) {}
     fn shed(&self) -> bool {

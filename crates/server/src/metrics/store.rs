@@ -32,6 +32,7 @@ pub(super) struct StoreMetrics {
     pub(super) allowance_answers: AtomicU64,
     pub(super) allowance_leases: AtomicU64,
     pub(super) allowance_stranded: AtomicU64,
+    pub(super) allowance_unsettled: AtomicU64,
 }
 
 impl StoreMetrics {
@@ -76,6 +77,10 @@ impl StoreObserver for Metrics {
     fn allowance(&self, answered: u64, leases: u64) {
         self.store.allowance_answers.fetch_add(answered, Relaxed);
         self.store.allowance_leases.fetch_add(leases, Relaxed);
+    }
+
+    fn allowance_unsettled(&self, hits: u64) {
+        self.store.allowance_unsettled.fetch_add(hits, Relaxed);
     }
 
     fn allowance_stranded(&self, hits: u64) {
@@ -160,6 +165,12 @@ impl StoreMetrics {
             "sluice_store_allowance_stranded",
             "Leased hits never spent: the lease lapsed (its window ended, half a second passed, it was replaced or dropped), so no instance admits them.",
             self.allowance_stranded.load(Relaxed),
+        )?;
+        encode::counter(
+            enc,
+            "sluice_store_allowance_unsettled",
+            "Leased positions given back after their window whose answer never came: the store may have taken them back unheard, so the usage advisor may read over by them.",
+            self.allowance_unsettled.load(Relaxed),
         )?;
         encode::counter(
             enc,

@@ -15,6 +15,10 @@
 //! a count that falls mid-window would void other instances' leases, whose
 //! positions it no longer covers.
 //!
+//! A give-back whose answer never comes (the store slower than its timeout)
+//! may have been taken back unheard: the usage may read over by it, and
+//! the observer counts its positions (`allowance_unsettled`).
+//!
 //! The queue holds at most as many give-backs as the instance may hold
 //! leases (`--allowance-keys`); past it a give-back is dropped and its
 //! positions stay counted (the usage over by them).

@@ -39,7 +39,12 @@ impl Resilient {
     /// back stay counted, the usage over by them.
     pub(super) async fn count_due(&self) {
         let back = self.allowance.due_back(crate::limiter::Now::wall());
-        for (inc, tally) in self.ask_all(&back).await {
+        let answered = self.ask_all(&back).await;
+        if answered.is_empty() && !back.is_empty() {
+            self.observer
+                .allowance_unsettled(back.iter().map(|inc| inc.hits).sum());
+        }
+        for (inc, tally) in answered {
             if let Some(usage) = &inc.leased_usage {
                 usage.leased_back(inc, tally);
             }
