@@ -108,6 +108,21 @@ fn store_totals(nodes: &[&RedisServer], start: u64) -> Vec<u64> {
         .collect()
 }
 
+/// The sum of a counter over the fleet.
+fn fleet_sum(instances: &[&Sluice], series: &str) -> f64 {
+    instances
+        .iter()
+        .filter_map(|s| metric(&s.get("/metrics").1, series))
+        .sum()
+}
+
+/// Positions given back whose answer never came (the store slower than
+/// its timeout at the window's end): the figures may read over by them, as
+/// the book says; with none lost they are exact.
+fn unsettled(instances: &[&Sluice]) -> i64 {
+    fleet_sum(instances, "sluice_store_allowance_unsettled_total") as i64
+}
+
 /// A known population through `instances` counting in `nodes`, in one
 /// window of a minute; once it has ended, the fleet's figures for it
 /// against one store call per request.
@@ -124,10 +139,7 @@ async fn an_ended_window_is_exact(instances: &[&Sluice], nodes: &[&RedisServer])
             // The sends spilled into the next window: try again there.
             continue;
         }
-        let served: f64 = instances
-            .iter()
-            .filter_map(|s| metric(&s.get("/metrics").1, "sluice_store_allowance_answers_total"))
-            .sum();
+        let served = fleet_sum(instances, "sluice_store_allowance_answers_total");
         assert!(served > 500.0, "leases answered {served} requests");
         let start = minute * 60;
         let exact = |totals: &[u64], l: u64| {
@@ -147,20 +159,7 @@ async fn an_ended_window_is_exact(instances: &[&Sluice], nodes: &[&RedisServer])
             [1, 5, 10, 25, 30, 31]
                 .map(|l| (in_window(instances, "big", l, start), exact(&counted, l)))
         };
-        // Give-backs whose answer never came (the store slower than its
-        // timeout at the window's end) may read over by their positions,
-        // as the book says; none lost, the figures are exact.
-        let unsettled = || -> i64 {
-            instances
-                .iter()
-                .filter_map(|s| {
-                    metric(
-                        &s.get("/metrics").1,
-                        "sluice_store_allowance_unsettled_total",
-                    )
-                })
-                .sum::<f64>() as i64
-        };
+        let unsettled = || unsettled(instances);
         let within = |(got, want): &((i64, i64, i64), (i64, i64, i64))| {
             let over = [got.0 - want.0, got.1 - want.1, got.2 - want.2];
             over.iter().all(|d| (0..=unsettled()).contains(d))
