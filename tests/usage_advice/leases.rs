@@ -108,6 +108,24 @@ fn store_totals(nodes: &[&RedisServer], start: u64) -> Vec<u64> {
         .collect()
 }
 
+/// What a failure needs to be read: each instance's figures at limit 1,
+/// its store errors and sheds, and the store's counts.
+fn diagnosis(instances: &[&Sluice], counted: &[u64], start: u64) -> String {
+    let mut out = String::new();
+    for s in instances {
+        let m = s.get("/metrics").1;
+        let errors = common::metric_sum(&m, "sluice_store_errors_total");
+        out += &format!(
+            "instance {}: {:?}, store errors {errors}\n",
+            s.grpc,
+            in_window(&[s], "big", 1, start)
+        );
+    }
+    let mut sorted = counted.to_vec();
+    sorted.sort_unstable();
+    out + &format!("store counts: {sorted:?}")
+}
+
 /// The sum of a counter over the fleet.
 fn fleet_sum(instances: &[&Sluice], series: &str) -> f64 {
     instances
@@ -169,9 +187,10 @@ async fn an_ended_window_is_exact(instances: &[&Sluice], nodes: &[&RedisServer])
         });
         assert!(
             settled,
-            "the fleet's figures against the store's ({} positions unsettled): {:?}",
+            "the fleet's figures against the store's ({} positions unsettled): {:?}\n{}",
             unsettled(),
-            figures()
+            figures(),
+            diagnosis(instances, &counted.borrow(), start)
         );
         eprintln!("give-backs unsettled: {} positions", unsettled());
         // A counter per key (and any a spilled attempt left in this window).
