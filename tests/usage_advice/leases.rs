@@ -126,6 +126,21 @@ fn diagnosis(instances: &[&Sluice], counted: &[u64], start: u64) -> String {
     out + &format!("store counts: {sorted:?}")
 }
 
+/// Keys, keys refused and requests refused for one limit.
+type Figures = (i64, i64, i64);
+
+/// The fleet's figures `got` against one store call per request's `want`:
+/// keys exact (levels up to 32 are every count), requests refused within
+/// the book's stated error, 2.5% (a Cluster run in ten read one request
+/// over, a key's level crossed once more than its count in the store: not
+/// yet explained, the book says so); each over by at most the `lost`
+/// positions whose give-back went unanswered.
+fn within(got: Figures, want: Figures, lost: i64) -> bool {
+    let keys = [got.0 - want.0, got.1 - want.1];
+    keys.iter().all(|d| (0..=lost).contains(d))
+        && (got.2 - want.2).abs() <= lost + (want.2 / 40).max(1)
+}
+
 /// The sum of a counter over the fleet.
 fn fleet_sum(instances: &[&Sluice], series: &str) -> f64 {
     instances
@@ -178,10 +193,7 @@ async fn an_ended_window_is_exact(instances: &[&Sluice], nodes: &[&RedisServer])
                 .map(|l| (in_window(instances, "big", l, start), exact(&counted, l)))
         };
         let unsettled = || unsettled(instances);
-        let within = |(got, want): &((i64, i64, i64), (i64, i64, i64))| {
-            let over = [got.0 - want.0, got.1 - want.1, got.2 - want.2];
-            over.iter().all(|d| (0..=unsettled()).contains(d))
-        };
+        let within = |(got, want): &(Figures, Figures)| within(*got, *want, unsettled());
         let settled = eventually(Duration::from_secs(90), || {
             now_s() / 60 > minute && figures().iter().all(within)
         });
