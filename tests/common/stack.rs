@@ -273,19 +273,19 @@ impl Stack {
 
     /// Envoy's own counters (`/stats`), e.g. `cluster.upstream.ratelimit.ok`.
     pub fn envoy_stat(&self, name: &str) -> u64 {
-        let (_, text) = super::http(
-            format!("127.0.0.1:{}", self.envoy_admin)
-                .parse()
-                .expect("addr"),
-            "GET",
-            &format!("/stats?filter=^{name}$"),
-            "",
-        );
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0)
+        envoy_stat(self.envoy_admin, name)
     }
+}
+
+/// One of Envoy's counters (`/stats`) on its admin port `admin`; 0 when
+/// it has none of that name.
+pub fn envoy_stat(admin: u16, name: &str) -> u64 {
+    let addr = format!("127.0.0.1:{admin}").parse().expect("addr");
+    let (_, text) = super::http(addr, "GET", &format!("/stats?filter=^{name}$"), "");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 impl Drop for Stack {

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use super::*;
 use common::Sluice;
 use common::redis::{RedisServer, free_port};
-use common::stack::{spawn_envoy, start_upstream};
+use common::stack::{envoy_stat, spawn_envoy, start_upstream};
 
 /// The shutdown delay the Helm chart ships.
 const DELAY: &str = "5s";
@@ -132,14 +132,4 @@ fn a_rolling_restart_under_load_fails_no_request() {
     eprintln!("a rolling restart: {sent} requests sent, {failed} failed");
     assert!(sent > 200, "{sent} requests sent");
     assert_eq!(failed, 0, "of {sent} requests through a rolling restart");
-}
-
-/// One of Envoy's counters on its admin port `admin`.
-fn envoy_stat(admin: u16, name: &str) -> u64 {
-    let addr = format!("127.0.0.1:{admin}").parse().expect("addr");
-    let (_, text) = common::http(addr, "GET", &format!("/stats?filter=^{name}$"), "");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name}: ")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
 }

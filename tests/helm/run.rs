@@ -21,7 +21,8 @@ struct Running {
     ports: HashMap<String, u16>,
     container: Value,
     grace_period: u64,
-    _root: tempfile::TempDir,
+    /// Where its mounts and log are; removed when it is dropped.
+    root: tempfile::TempDir,
 }
 
 impl Drop for Running {
@@ -74,7 +75,7 @@ fn launch(objs: &[Value], secrets: &HashMap<(&str, &str), String>) -> Running {
         grace_period: pod["terminationGracePeriodSeconds"]
             .as_u64()
             .expect("grace"),
-        _root: root,
+        root,
     }
 }
 
@@ -161,7 +162,7 @@ async fn runs_and_drains(profile: &str, args: &[&str], secrets: &HashMap<(&str, 
     let mut pod = launch(&objs, secrets);
     for probe in ["startupProbe", "livenessProbe", "readinessProbe"] {
         let up = eventually(Duration::from_secs(30), || pod.probe(probe) == Some(200));
-        let log = std::fs::read_to_string(pod._root.path().join("log")).unwrap_or_default();
+        let log = std::fs::read_to_string(pod.root.path().join("log")).unwrap_or_default();
         assert!(up, "{profile}: {probe} never answered 200\n{log}");
     }
     assert_eq!(pod.decide().await.expect("a decision"), 1, "{profile}: OK");
