@@ -9,7 +9,10 @@
 
 use std::sync::Arc;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::Acquire, Ordering::Relaxed,
+    Ordering::Release,
+};
 
 use super::levels;
 
@@ -17,6 +20,8 @@ use super::levels;
 pub const SLOTS: usize = 64;
 /// The shortest period: shorter windows merge into a minute.
 const MIN_PERIOD: u64 = 60;
+/// A slot's period while its first request of a new period empties it.
+const EMPTYING: u64 = u64::MAX;
 
 #[derive(Debug)]
 struct Slot {
@@ -36,6 +41,38 @@ impl Slot {
             period: AtomicU64::new(0),
             keys: (0..levels::len()).map(|_| AtomicI32::new(0)).collect(),
             hits: AtomicU64::new(0),
+        }
+    }
+
+    /// Makes this slot period `tag`'s (its index plus one), emptying it
+    /// if it held an older one; false if it already holds a newer one.
+    /// The first request of a period marks the slot [`EMPTYING`] while it
+    /// empties it, and a request racing it waits those few stores out
+    /// (once a period) rather than write a count the emptying would lose.
+    fn enter(&self, tag: u64) -> bool {
+        loop {
+            let seen = self.period.load(Acquire);
+            if seen == tag {
+                return true;
+            }
+            if seen == EMPTYING {
+                std::hint::spin_loop();
+                std::thread::yield_now();
+                continue;
+            }
+            if seen > tag {
+                return false;
+            }
+            if self
+                .period
+                .compare_exchange(seen, EMPTYING, Acquire, Relaxed)
+                .is_ok()
+            {
+                self.keys.iter().for_each(|k| k.store(0, Relaxed));
+                self.hits.store(0, Relaxed);
+                self.period.store(tag, Release);
+                return true;
+            }
         }
     }
 }
@@ -210,25 +247,11 @@ impl Usage {
         if self.window.load(Relaxed) != window_s {
             self.window.store(window_s, Relaxed);
         }
-        let period = period_of(window_s);
-        let p = now / period;
+        let p = now / period_of(window_s);
         #[allow(clippy::indexing_slicing, reason = "taken modulo the slot count")]
         let slot = &slots[usize::try_from(p % SLOTS as u64).unwrap_or(0)];
-        let seen = slot.period.load(Relaxed);
-        if seen != p + 1 {
-            if seen > p + 1 {
-                return; // a request from a period already left behind
-            }
-            // The first request of a new period empties the slot; a
-            // request racing it may lose its count there (once a period).
-            if slot
-                .period
-                .compare_exchange(seen, p + 1, Relaxed, Relaxed)
-                .is_ok()
-            {
-                slot.keys.iter().for_each(|k| k.store(0, Relaxed));
-                slot.hits.store(0, Relaxed);
-            }
+        if !slot.enter(p + 1) {
+            return; // a request from a period already left behind
         }
         if hits >= 0 {
             slot.hits.fetch_add(hits.unsigned_abs(), Relaxed);

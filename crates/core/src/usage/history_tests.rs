@@ -69,3 +69,38 @@ fn a_usage_without_history_is_small() {
         std::mem::size_of::<Usage>()
     );
 }
+
+/// Requests racing into a period's first record each keep their count:
+/// the slot is emptied before any of them writes (a count lost there made
+/// the fleet's figures one hit short on a fresh instance).
+#[test]
+fn the_first_records_of_a_period_racing_each_keep_their_count() {
+    const THREADS: u64 = 4;
+    const EACH: u64 = 200;
+    for round in 0..300u64 {
+        let u = Usage::default();
+        // A period used before (64 periods ago) and a fresh one, in turn.
+        let now = 60 * (1000 + round);
+        if round % 2 == 1 {
+            u.record(60, now - 60 * SLOTS as u64, 0, 1, 1);
+        }
+        let start = std::sync::Barrier::new(THREADS as usize);
+        std::thread::scope(|s| {
+            for _ in 0..THREADS {
+                s.spawn(|| {
+                    start.wait();
+                    for _ in 0..EACH {
+                        u.record(60, now, 0, 1, 1);
+                    }
+                });
+            }
+        });
+        let p = u.periods(60, now, 1);
+        let (hits, keys) = (p[0].hits, p[0].keys[0]);
+        assert_eq!(
+            (hits, keys),
+            (THREADS * EACH, (THREADS * EACH) as i64),
+            "round {round}"
+        );
+    }
+}
