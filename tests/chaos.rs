@@ -17,6 +17,8 @@ mod common;
 
 #[path = "chaos/addresses.rs"]
 mod addresses;
+#[path = "chaos/advice.rs"]
+mod advice;
 #[path = "chaos/breaker.rs"]
 mod breaker;
 #[path = "chaos/checker.rs"]
@@ -101,6 +103,7 @@ fn run(
     for w in watchers {
         let _ = w.join();
     }
+    settled_figures(&fleet, &history, until);
     let h = history.lock().expect("history");
     keep(&h, &fleet, seed);
 
@@ -114,6 +117,24 @@ fn run(
     report.slots_moved = h.slots_moved;
     report.trip_reasons = fleet.logs.matching("store down after consecutive failures");
     report
+}
+
+/// Every running instance's advisor figures, once the run's last window
+/// has settled (leased positions never spent are given back after it).
+fn settled_figures(fleet: &fleet::Fleet, history: &history::Shared, until: u64) {
+    let settled = until + 1_000 * (sluice_core::usage::SETTLE_SECONDS + 1);
+    let now = now_ms();
+    if settled > now {
+        std::thread::sleep(Duration::from_millis(settled - now));
+    }
+    let reads: Vec<_> = fleet
+        .admins()
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, admin)| advice::read(i, admin?))
+        .collect();
+    assert_eq!(reads.len(), INSTANCES, "every instance answers /api/usage");
+    history.lock().expect("history").usage.extend(reads);
 }
 
 /// The threads beside the clients: the observer of `/readyz` and trips,

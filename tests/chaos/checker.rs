@@ -108,6 +108,7 @@ pub fn check(h: &History, instances: usize) -> Report {
     super::refusals::check(h, instances, &mut r);
     super::kinds::check(h, &mut r);
     super::breaker::check(h, instances, &mut r);
+    super::advice::check(h, instances, &mut r);
     r
 }
 

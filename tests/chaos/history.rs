@@ -145,6 +145,9 @@ pub struct History {
     pub masters: Vec<(u64, u16)>,
     /// Lookups an operator made, and how many were answered 200.
     pub lookups: (u64, u64),
+    /// The advisor's figures of each instance's life: read before it was
+    /// killed, and at the end.
+    pub usage: Vec<super::advice::UsageRead>,
 }
 
 pub type Shared = Arc<Mutex<History>>;
@@ -176,6 +179,10 @@ impl History {
         }
         for (at, port) in &self.masters {
             let line = json!({"master": port, "at": at});
+            out.push_str(&format!("{line}\n"));
+        }
+        for u in &self.usage {
+            let line = json!({"usage": u.instance, "at": u.at, "limits": super::advice::LIMITS, "figures": u.figures});
             out.push_str(&format!("{line}\n"));
         }
         for r in &self.resets {

@@ -231,7 +231,12 @@ fn apply(fleet: &Fleet, p: &Planned, on: bool, history: &Shared) {
         (Kind::StoreThrottle, on) => fleet.throttle_store(on),
         (Kind::InstanceStop, true) => fleet.signal_instance(i, "STOP"),
         (Kind::InstanceStop, false) => fleet.signal_instance(i, "CONT"),
-        (Kind::InstanceKill, true) => fleet.kill_instance(i),
+        (Kind::InstanceKill, true) => {
+            // The advisor's figures die with the instance: read them first.
+            let figures = fleet.admins()[i].and_then(|admin| super::advice::read(i, admin));
+            history.lock().expect("history").usage.extend(figures);
+            fleet.kill_instance(i);
+        }
         (Kind::InstanceKill, false) => fleet.restart_instance(i),
         (Kind::Partition, true) => fleet.proxies[i].partition(),
         (Kind::Silent, true) => fleet.proxies[i].silence(),
