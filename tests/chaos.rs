@@ -104,12 +104,13 @@ fn run(
         let _ = w.join();
     }
     settled_figures(&fleet, &history, until);
-    let h = history.lock().expect("history");
+    let mut h = history.lock().expect("history");
     keep(&h, &fleet, seed);
 
-    let kinds: std::collections::BTreeSet<&str> =
-        h.faults.iter().map(|f| f.kind.as_str()).collect();
+    let kinds: std::collections::BTreeSet<String> = h.faults.iter().map(|f| f.kind.clone()).collect();
     summarise(&h, seed, backend, kinds.len());
+    let switches = h.switches();
+    h.faults.extend(switches);
 
     let mut report = checker::check(&h, INSTANCES);
     report.kinds = kinds.len();

@@ -172,8 +172,7 @@ impl Fleet {
     }
 
     /// Stops the store (its master, on Sentinel) or continues the one
-    /// stopped, whichever the Sentinel names master by then; on Sentinel
-    /// the fault lasts until the failover the stop set off has settled.
+    /// stopped, whichever the Sentinel names master by then.
     pub fn signal_store(&self, sig: &str) {
         let mut stopped = self.stopped.lock().expect("stopped");
         if sig == "STOP" {
@@ -182,8 +181,21 @@ impl Fleet {
             send_signal(pid, sig);
         } else if let Some(pid) = stopped.take() {
             send_signal(pid, sig);
-            self.store.lock().expect("store").settle();
         }
+    }
+
+    /// Waits (the store's lock taken only to look, so the observer reads
+    /// on) until the Sentinel has settled on one master, after a store
+    /// fault: the next fault must act on the master it names.
+    pub fn settle_store(&self) {
+        let settled = super::common::eventually(Duration::from_secs(30), || {
+            self.store.lock().expect("store").settled()
+        });
+        assert!(
+            settled,
+            "the Sentinel never settled on a master:\n{}",
+            self.store.lock().expect("store").describe()
+        );
     }
 
     /// Throttles the store (its master) as a CPU quota throttles a pod,

@@ -152,7 +152,39 @@ pub struct History {
 
 pub type Shared = Arc<Mutex<History>>;
 
+/// How long after the Sentinel names a new master an instance may still
+/// count on the old one: it asks the sentinels at once when one announces
+/// the failover, and every `--redis-sentinel-recheck` (1 s) in case it
+/// missed it, plus a round trip and this machine's scheduling.
+pub const FOLLOW_MS: u64 = 1_800;
+/// How late the observer may see a new master (it reads every 100 ms).
+const SEEN_MS: u64 = 200;
+
+/// The Sentinel's kind of fault: its naming a new master (`masters`).
+pub const SWITCH: &str = "the Sentinel named a new master";
+
 impl History {
+    /// Each new master the Sentinel named, as a store fault that lost
+    /// counts (a promoted replica lacks what it had not yet received),
+    /// from just before the observer saw it until the instances have
+    /// followed: Redis Sentinel fences nothing, so for that long an
+    /// instance may count on the old master while another counts on the
+    /// new one.
+    pub fn switches(&self) -> Vec<Fault> {
+        self.masters
+            .iter()
+            .skip(1)
+            .map(|&(at, _)| Fault {
+                kind: SWITCH.to_owned(),
+                target: None,
+                start: at.saturating_sub(SEEN_MS),
+                end: at + FOLLOW_MS,
+                store: true,
+                lost: true,
+            })
+            .collect()
+    }
+
     /// The history as JSON lines, for `CHAOS_HISTORY` and for reading a
     /// violation back.
     pub fn json_lines(&self) -> String {

@@ -218,6 +218,11 @@ pub fn run(fleet: &Fleet, plan: &[Planned], start_ms: u64, history: &Shared) {
                 || p.kind == Kind::Failover && fleet.backend == Backend::Sentinel,
         };
         history.lock().expect("history").faults.push(fault);
+        // Between faults: the Sentinel's new master, if any, is the
+        // checker's to excuse (`History::switches`), not this fault's.
+        if p.kind.touches_store() {
+            fleet.settle_store();
+        }
     }
 }
 
