@@ -107,7 +107,8 @@ fn run(
     let mut h = history.lock().expect("history");
     keep(&h, &fleet, seed);
 
-    let kinds: std::collections::BTreeSet<String> = h.faults.iter().map(|f| f.kind.clone()).collect();
+    let kinds: std::collections::BTreeSet<String> =
+        h.faults.iter().map(|f| f.kind.clone()).collect();
     summarise(&h, seed, backend, kinds.len());
     let switches = h.switches();
     h.faults.extend(switches);

@@ -159,6 +159,13 @@ pub struct StoreArgs {
     /// of what is left of the limit); under 2 turns leasing off.
     #[arg(help_heading = heading::STORE, long, env = "SLUICE_ALLOWANCE_MAX_CHUNK", default_value_t = 4096)]
     pub(crate) allowance_max_chunk: u64,
+    /// Renew a lease before it runs out (or its half second of trust
+    /// lapses), in the background, ahead by three of the store's measured
+    /// round trips at the key's rate, so a hot key never waits for a far
+    /// store; false renews it only when it has run out, with a request
+    /// waiting.
+    #[arg(help_heading = heading::STORE, long, env = "SLUICE_ALLOWANCE_AHEAD", default_value_t = true, action = clap::ArgAction::Set)]
+    pub(crate) allowance_ahead: bool,
 }
 
 impl StoreArgs {
@@ -195,6 +202,7 @@ impl StoreArgs {
                 0
             },
             allowance_max_chunk: self.allowance_max_chunk,
+            allowance_ahead: self.allowance_ahead,
         }
     }
 }

@@ -171,9 +171,11 @@ mod tests {
     fn violations(figures: Vec<(i64, i64)>) -> usize {
         let op = |at: u64| Op::admitted(SHADOW, "v0", at);
         let h = History {
-            ops: [10_100, 10_200, 10_300, 10_400, 20_100, 20_200, 20_300, 20_400]
-                .map(op)
-                .to_vec(),
+            ops: [
+                10_100, 10_200, 10_300, 10_400, 20_100, 20_200, 20_300, 20_400,
+            ]
+            .map(op)
+            .to_vec(),
             faults: vec![Fault {
                 kind: "store SIGSTOP".into(),
                 target: None,

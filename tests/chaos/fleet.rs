@@ -184,20 +184,6 @@ impl Fleet {
         }
     }
 
-    /// Waits (the store's lock taken only to look, so the observer reads
-    /// on) until the Sentinel has settled on one master, after a store
-    /// fault: the next fault must act on the master it names.
-    pub fn settle_store(&self) {
-        let settled = super::common::eventually(Duration::from_secs(30), || {
-            self.store.lock().expect("store").settled()
-        });
-        assert!(
-            settled,
-            "the Sentinel never settled on a master:\n{}",
-            self.store.lock().expect("store").describe()
-        );
-    }
-
     /// Throttles the store (its master) as a CPU quota throttles a pod,
     /// stopped 60 ms of every 90, or ends it. A store that answers late is
     /// slow, not down: its late calls are shed, the breaker is never told,

@@ -221,7 +221,7 @@ pub fn run(fleet: &Fleet, plan: &[Planned], start_ms: u64, history: &Shared) {
         // Between faults: the Sentinel's new master, if any, is the
         // checker's to excuse (`History::switches`), not this fault's.
         if p.kind.touches_store() {
-            fleet.settle_store();
+            settle_store(fleet);
         }
     }
 }
@@ -270,6 +270,20 @@ fn apply(fleet: &Fleet, p: &Planned, on: bool, history: &Shared) {
             history.lock().expect("history").changes.push(change);
         }
     }
+}
+
+/// Waits (the store's lock taken only to look, so the observer reads on)
+/// until the Sentinel has settled on one master, after a store fault: the
+/// next fault must act on the master it names.
+fn settle_store(fleet: &Fleet) {
+    let settled = super::common::eventually(Duration::from_secs(30), || {
+        fleet.store.lock().expect("store").settled()
+    });
+    assert!(
+        settled,
+        "the Sentinel never settled on a master:\n{}",
+        fleet.store.lock().expect("store").describe()
+    );
 }
 
 fn sleep_until(ms: u64) {

@@ -215,10 +215,18 @@ impl Store {
         let Store::Sentinel(s) = self else {
             return String::new();
         };
-        let mut out = s.sentinel.cli(&["sentinel", "master", MASTER]).replace('\n', " ");
+        let mut out = s
+            .sentinel
+            .cli(&["sentinel", "master", MASTER])
+            .replace('\n', " ");
         for r in &s.servers {
             let role = command(r.port, "ROLE").unwrap_or_else(|| "no answer".into());
-            out.push_str(&format!("\n{} (pid {}): {}", r.port, r.pid(), role.replace('\n', " ")));
+            out.push_str(&format!(
+                "\n{} (pid {}): {}",
+                r.port,
+                r.pid(),
+                role.replace('\n', " ")
+            ));
         }
         out
     }

@@ -21,6 +21,7 @@ use tonic::transport::Channel;
 pub mod ads;
 pub mod browser;
 pub mod fake_redis;
+pub mod far;
 pub mod flood;
 pub mod h2raw;
 pub mod memcache;

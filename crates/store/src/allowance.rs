@@ -49,9 +49,11 @@ use tokio::sync::Notify;
 use super::{CounterKey, Increment};
 use crate::limiter::{Algorithm, Now, Tally};
 
+mod ahead;
 mod give_back;
 mod landing;
 mod lease;
+mod remember;
 
 use lease::Lease;
 
@@ -81,6 +83,9 @@ const SAMPLE: usize = 8;
 pub(crate) enum Plan {
     /// Answered from this instance's lease.
     Served(Tally),
+    /// Answered from this instance's lease, and a chunk of this many hits
+    /// to take ahead in the background ([`ahead`]).
+    Ahead(Tally, u64),
     /// Ask the store for `chunk` hits instead of the request's own.
     Take { chunk: u64 },
     /// Ask the store as without leases.
@@ -105,6 +110,11 @@ pub(crate) struct Allowance {
     /// Positions never spent, to give back once their window (ending at
     /// the second held) has ended ([`give_back`]).
     owed: Mutex<Vec<(u64, Increment)>>,
+    /// The store's round trip as takes see it, smoothed, in µs: how far
+    /// ahead a lease is renewed ([`ahead`]).
+    rtt_us: AtomicU64,
+    /// Whether leases are renewed ahead (`--allowance-ahead`).
+    ahead: bool,
 }
 
 impl Allowance {
@@ -123,6 +133,8 @@ impl Allowance {
             hasher: RandomState::new(),
             stranded: AtomicU64::new(0),
             owed: Mutex::new(Vec::new()),
+            rtt_us: AtomicU64::new(0),
+            ahead: true,
         }
     }
 
@@ -160,9 +172,9 @@ impl Allowance {
         let trusted = inc.at_us < l.at_us.saturating_add(TRUST_US);
         if trusted
             && l.taking_us == 0
-            && let Some(pos) = l.spend(inc)
+            && let Some(plan) = self.serve(l, inc)
         {
-            return Plan::Served(Tally::Leased(pos));
+            return plan;
         }
         if l.taking_us != 0 && inc.at_us < l.taking_us.saturating_add(TRUST_US) {
             return Plan::Behind;
@@ -219,6 +231,7 @@ impl Allowance {
         had_us: u64,
     ) -> Tally {
         let chunk = sent.hits;
+        self.round_trip(had_us.saturating_sub(sent.at_us));
         let after = match tally {
             Tally::Count(after) => after,
             // Counted for the request's own hits only (in the store's window,
@@ -238,6 +251,7 @@ impl Allowance {
             next: pos.saturating_add(1),
             last: after.min(u64::from(inc.limit)),
             at_us: had_us.max(inc.at_us),
+            since_us: had_us.max(inc.at_us),
             chunk,
             back: Self::back_of(inc),
             ..Lease::of(inc, after)
@@ -260,68 +274,6 @@ impl Allowance {
         {
             self.remember(inc, Lease::of(inc, after), Source::Plain);
         }
-    }
-
-    /// Keeps what the store said for `inc`: a take's lease replaces the
-    /// counter's entry; a plain answer renews or voids it ([`Self::renew`]).
-    fn remember(&self, inc: &Increment, lease: Lease, source: Source) {
-        let mut map = self.shard(&inc.key).lock();
-        match (map.get_mut(&inc.key), source) {
-            (Some(l), Source::Plain) => self.renew(l, inc, lease),
-            (Some(l), Source::Take) => {
-                self.strand(l);
-                self.owe_left(l);
-                *l = lease;
-                self.land(&inc.key);
-            }
-            (None, _) => {
-                if map.len() >= self.per_shard && !self.make_room(&mut map) {
-                    // Every sampled entry holds leased hits: the newcomer
-                    // is not remembered (a take's hits are stranded).
-                    self.strand(&lease);
-                    self.owe_left(&lease);
-                    return;
-                }
-                map.insert(inc.key.clone(), lease);
-            }
-        }
-    }
-
-    /// A plain answer for a counter whose lease `l` has positions left,
-    /// asked after the lease was had: the store's count before this request
-    /// at or past the lease's last position says nothing took them back, so
-    /// the lease is trusted anew; a count below it (a reset, or refunds
-    /// through other instances) voids the lease. An answer to a request
-    /// older than the lease says nothing of it.
-    fn renew(&self, l: &mut Lease, inc: &Increment, plain: Lease) {
-        let after = plain.seen;
-        if l.start == inc.window.start && l.left() > 0 {
-            let older = inc.at_us < l.at_us;
-            if older || after.saturating_sub(inc.hits) >= l.last {
-                if !older {
-                    l.at_us = inc.at_us;
-                }
-                l.seen = l.seen.max(after);
-                return;
-            }
-        }
-        self.strand(l);
-        *l = Lease {
-            taking_us: l.taking_us,
-            ..plain
-        };
-    }
-
-    /// Drops one idle entry of a full shard, among the first [`SAMPLE`]:
-    /// a flood of new keys never strands another counter's leased hits.
-    /// False when none is idle.
-    fn make_room(&self, map: &mut HashMap<CounterKey, Lease>) -> bool {
-        let idle = map
-            .iter()
-            .take(SAMPLE)
-            .find(|(_, l)| l.idle())
-            .map(|(k, _)| k.clone());
-        idle.and_then(|k| map.remove(&k)).is_some()
     }
 
     /// A take that got no count (the store failed, or its caller went

@@ -28,6 +28,12 @@ impl Shared {
         };
         match a.plan(inc) {
             Plan::Served(t) => count(t),
+            // A take ahead, landing at once.
+            Plan::Ahead(t, chunk) => {
+                self.0 += chunk;
+                a.took_ahead(&chunk_of(inc, chunk), Tally::Count(self.0), inc.at_us);
+                count(t)
+            }
             Plan::Take { chunk } => {
                 self.0 += chunk;
                 let sent = Increment {
@@ -47,7 +53,7 @@ impl Shared {
 
 #[test]
 fn a_hot_key_takes_growing_chunks_and_answers_from_them() {
-    let a = Allowance::new(100, 4096);
+    let a = Allowance::new(100, 4096).renewing_ahead(false);
     let mut store = Shared(0);
     let mut t = 60_000_000;
     let mut answers = Vec::new();
@@ -105,7 +111,7 @@ fn near_the_limit_every_request_asks_the_store() {
 
 #[test]
 fn a_lease_is_trusted_for_half_a_second_and_a_slow_key_never_grows() {
-    let a = Allowance::new(100, 4096);
+    let a = Allowance::new(100, 4096).renewing_ahead(false);
     let mut store = Shared(0);
     for i in 0..4 {
         store.request(&a, &at("a", 10_000, 60_000_000 + i));

@@ -27,6 +27,8 @@ pub trait StoreObserver: Send + Sync {
     fn policy_decisions(&self, policy: &str, n: u64);
     /// Descriptors answered from leased allowance, and chunks taken.
     fn allowance(&self, answered: u64, leases: u64);
+    /// Takes sent ahead of a lease running out (in the background).
+    fn allowance_ahead(&self, takes: u64);
     /// Leased hits never spent (given up when their lease lapsed).
     fn allowance_stranded(&self, hits: u64);
     /// Positions given back whose answer never came: the store may have
@@ -54,6 +56,7 @@ impl StoreObserver for Unobserved {
     fn circuit_trip(&self, _: u64) {}
     fn policy_decisions(&self, _: &str, _: u64) {}
     fn allowance(&self, _: u64, _: u64) {}
+    fn allowance_ahead(&self, _: u64) {}
     fn allowance_stranded(&self, _: u64) {}
     fn allowance_unsettled(&self, _: u64) {}
     fn local_cache_hits(&self, _: u64) {}

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+mod ahead;
 mod blame;
 pub(crate) use blame::SILENCE_BOUND;
 mod count;
@@ -70,8 +71,10 @@ pub struct Resilient {
     primary: Box<dyn Primary>,
     fallback: MemoryStore,
     cache: OverLimitCache,
-    /// Leased allowance of hot counters far from their limit.
+    /// Leased allowance of hot counters far from their limit, and its
+    /// takes ahead waiting to be sent.
     allowance: Allowance,
+    renewals: ahead::Renewals,
     policy: FailurePolicy,
     timeout: Duration,
     /// The breaker's state, read by every request without a lock.
@@ -114,6 +117,8 @@ pub struct ResilientOptions {
     pub allowance_keys: usize,
     /// The largest chunk leased at once (`--allowance-max-chunk`).
     pub allowance_max_chunk: u64,
+    /// Leases renewed ahead of running out (`--allowance-ahead`).
+    pub allowance_ahead: bool,
 }
 
 impl Resilient {
@@ -129,7 +134,9 @@ impl Resilient {
             primary: Box::new(primary),
             fallback: MemoryStore::with_capacity(opts.max_counters),
             cache: OverLimitCache::new(opts.cache_size),
-            allowance: Allowance::new(opts.allowance_keys, opts.allowance_max_chunk),
+            allowance: Allowance::new(opts.allowance_keys, opts.allowance_max_chunk)
+                .renewing_ahead(opts.allowance_ahead),
+            renewals: ahead::Renewals::default(),
             policy: opts.policy,
             timeout: opts.timeout,
             open: AtomicBool::new(true),
@@ -344,9 +351,11 @@ impl Store for Resilient {
         let lag = self.lag.clone();
         let watch = token.clone();
         let late = token.clone();
+        let renew = token.clone();
         Some(Box::pin(async move {
             tokio::join!(
                 self.clone().count_late(late),
+                self.clone().renewer(renew),
                 self.probe(token),
                 lag.watch(watch)
             );

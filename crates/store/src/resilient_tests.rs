@@ -2,12 +2,11 @@
 //! errors trip the breaker, what a malformed reply becomes, and how often a
 //! store that answers probes but fails requests is tried again.
 
-use std::sync::Mutex as StdMutex;
-use std::sync::atomic::AtomicUsize;
-
 use super::*;
 use crate::CounterKey;
 use crate::limiter::{Unit, Window};
+use std::sync::Mutex as StdMutex;
+use std::sync::atomic::AtomicUsize;
 
 /// How the fake answers an increment.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -145,6 +144,7 @@ fn net_with(fake: &Arc<Fake>, policy: FailurePolicy, cache_size: usize) -> Arc<R
             max_counters: 1000,
             allowance_keys: 1000,
             allowance_max_chunk: 4096,
+            allowance_ahead: true,
         },
         Arc::new(crate::Unobserved),
     ))

@@ -187,6 +187,10 @@ impl Console {
                 "healthy": health.healthy,
                 "detail": health.detail,
                 "history": st.failovers.events(),
+                // A far store (a steady round trip, no trips) from a slow
+                // one, and the renewals that keep hot keys off it.
+                "round_trip_ms": app.metrics.store_round_trip().map(|d| d.as_secs_f64() * 1000.0),
+                "renewals_ahead": app.metrics.store_renewals_ahead(),
             },
             "config": {
                 "source": if rules.xds_server().is_some() { "xds" } else { "files" },

@@ -100,7 +100,9 @@ function draw(doc) {
   setText("uptime", duration(doc.uptime_seconds));
   setText("quota-streams", doc.quota.streams);
   setText("updated", clock(doc.now));
-  setText("store-detail", doc.store.detail || `${doc.store.backend}: healthy`);
+  const trip = doc.store.round_trip_ms == null ? "" :
+    ` · round trip ${doc.store.round_trip_ms.toFixed(1)} ms · ${doc.store.renewals_ahead} renewals ahead`;
+  setText("store-detail", (doc.store.detail || `${doc.store.backend}: healthy`) + trip);
   drawEvents("failovers", doc.store.history);
   drawRules(doc.domains);
 

@@ -33,13 +33,23 @@ pub(super) struct StoreMetrics {
     pub(super) allowance_leases: AtomicU64,
     pub(super) allowance_stranded: AtomicU64,
     pub(super) allowance_unsettled: AtomicU64,
+    pub(super) allowance_ahead: AtomicU64,
+    /// The store's round trip, smoothed over answered calls (µs; 0 before
+    /// any): the console tells a far store from a slow one by it.
+    round_trip_us: AtomicU64,
 }
 
 impl StoreMetrics {
     pub(super) fn call(&self, call: StoreCall, took: Duration) {
         self.latency.observe(took);
         let c = match call {
-            StoreCall::Ok => return,
+            StoreCall::Ok => {
+                let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+                let old = self.round_trip_us.load(Relaxed);
+                let new = if old == 0 { us } else { (old * 15 + us) / 16 };
+                self.round_trip_us.store(new.max(1), Relaxed);
+                return;
+            }
             StoreCall::Timeout => &self.timeouts,
             StoreCall::Error => &self.errors,
             StoreCall::Rejected => &self.rejected,
@@ -52,6 +62,20 @@ impl StoreMetrics {
         if let Some(c) = self.policy_decisions.get(i) {
             c.fetch_add(n, Relaxed);
         }
+    }
+}
+
+impl Metrics {
+    /// The store's round trip lately (smoothed over answered calls), if
+    /// any call was answered.
+    pub fn store_round_trip(&self) -> Option<Duration> {
+        let us = self.store.round_trip_us.load(Relaxed);
+        (us > 0).then(|| Duration::from_micros(us))
+    }
+
+    /// Chunks taken ahead of a lease running out, since start.
+    pub fn store_renewals_ahead(&self) -> u64 {
+        self.store.allowance_ahead.load(Relaxed)
     }
 }
 
@@ -77,6 +101,10 @@ impl StoreObserver for Metrics {
     fn allowance(&self, answered: u64, leases: u64) {
         self.store.allowance_answers.fetch_add(answered, Relaxed);
         self.store.allowance_leases.fetch_add(leases, Relaxed);
+    }
+
+    fn allowance_ahead(&self, takes: u64) {
+        self.store.allowance_ahead.fetch_add(takes, Relaxed);
     }
 
     fn allowance_unsettled(&self, hits: u64) {
@@ -159,6 +187,12 @@ impl StoreMetrics {
             "sluice_store_allowance_leases",
             "Chunks of a limit leased from the shared store (one store call each).",
             self.allowance_leases.load(Relaxed),
+        )?;
+        encode::counter(
+            enc,
+            "sluice_store_allowance_renewals_ahead",
+            "Chunks taken ahead of a lease running out, in the background, so no request waits for the store (one store call each, batched).",
+            self.allowance_ahead.load(Relaxed),
         )?;
         encode::counter(
             enc,

@@ -52,6 +52,12 @@ impl CountedLate for Walk {
 fn answer(a: &Allowance, inc: &Increment, store: &mut Shared, walk: &Walk) -> (u64, bool) {
     match a.plan(inc) {
         Plan::Served(Tally::Leased(pos)) => (pos, false),
+        // A take ahead, landing at once.
+        Plan::Ahead(Tally::Leased(pos), chunk) => {
+            store.0 += chunk;
+            a.took_ahead(&chunk_of(inc, chunk), Tally::Count(store.0), inc.at_us);
+            (pos, true)
+        }
         Plan::Take { chunk } => {
             store.0 += chunk;
             match a.took(inc, &chunk_of(inc, chunk), Tally::Count(store.0), inc.at_us) {
@@ -72,7 +78,7 @@ fn answer(a: &Allowance, inc: &Increment, store: &mut Shared, walk: &Walk) -> (u
                 other => panic!("{other:?}"),
             }
         }
-        Plan::Served(other) => panic!("{other:?}"),
+        Plan::Served(other) | Plan::Ahead(other, _) => panic!("{other:?}"),
     }
 }
 

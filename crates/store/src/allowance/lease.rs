@@ -16,7 +16,8 @@ pub(super) struct Lease {
     pub(super) last: u64,
     /// When the lease (or the plain answer) was had, in µs.
     pub(super) at_us: u64,
-    /// The last chunk taken and the hits served from it.
+    /// The last chunk taken, and the hits served from the lease since
+    /// `since_us`.
     pub(super) chunk: u64,
     pub(super) spent: u64,
     /// The count the store last reported.
@@ -24,6 +25,18 @@ pub(super) struct Lease {
     /// A take in flight since this µs (0: none): the others ask plainly
     /// (`Plan::Behind`).
     pub(super) taking_us: u64,
+    /// The next segment, taken ahead while this one is spent (first and
+    /// last position, and when its take was sent), and a take ahead in
+    /// flight since this µs (0: none):
+    /// the requests meanwhile are answered from the lease ([`super::ahead`]).
+    pub(super) ahead: Option<(u64, u64, u64)>,
+    pub(super) renewing_us: u64,
+    /// Since when, in µs, the lease's hits `spent` were spent (its first
+    /// segment was had): the key's rate.
+    pub(super) since_us: u64,
+    /// When the take of the newest segment held was sent, in µs: a take
+    /// ahead sent before it cannot judge it.
+    pub(super) taken_us: u64,
     /// How to give back positions never spent (a refund of the counter,
     /// its usage told), for a take's lease whose usage someone hears.
     pub(super) back: Option<Arc<Increment>>,
@@ -43,6 +56,10 @@ impl Lease {
             spent: inc.hits,
             seen: after,
             taking_us: 0,
+            ahead: None,
+            renewing_us: 0,
+            since_us: inc.at_us,
+            taken_us: inc.at_us,
             back: None,
         }
     }
@@ -50,7 +67,7 @@ impl Lease {
     /// Whether a newcomer may take this entry's place: nothing leased is
     /// left in it and no take is in flight for it.
     pub(super) fn idle(&self) -> bool {
-        self.left() == 0 && self.taking_us == 0
+        self.left() == 0 && self.taking_us == 0 && self.renewing_us == 0
     }
 
     /// Gives `inc` the next position of this lease, when the lease is of
@@ -70,8 +87,32 @@ impl Lease {
         Some(pos)
     }
 
-    /// Leased positions not spent yet.
+    /// Leased positions not spent yet, the segment taken ahead included.
     pub(super) fn left(&self) -> u64 {
+        let ahead = self.ahead.map_or(0, |(first, last, _)| {
+            last.saturating_add(1).saturating_sub(first)
+        });
+        self.current().saturating_add(ahead)
+    }
+
+    /// Positions not spent yet of the current segment.
+    pub(super) fn current(&self) -> u64 {
         self.last.saturating_add(1).saturating_sub(self.next)
+    }
+
+    /// Moves on to the segment taken ahead, when the current one cannot
+    /// serve `hits`; returns the positions of the current one dropped.
+    pub(super) fn advance(&mut self, hits: u64) -> u64 {
+        let Some((first, last, _)) = self.ahead.filter(|_| self.current() < hits) else {
+            return 0;
+        };
+        let dropped = self.current();
+        self.next = first;
+        self.last = last;
+        // The key's rate (what was spent since `since_us`) runs on across
+        // segments: measured afresh at each, a segment would set off its
+        // take ahead too late to land before it is spent.
+        self.ahead = None;
+        dropped
     }
 }

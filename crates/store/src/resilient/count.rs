@@ -25,8 +25,13 @@ impl Resilient {
     /// What this instance answers without the store, or how to ask it.
     fn step(&self, inc: &Increment) -> Step {
         let plan = self.allowance.plan(inc);
-        if let Plan::Served(t) = plan {
-            return Step::Leased(t);
+        match plan {
+            Plan::Served(t) => return Step::Leased(t),
+            Plan::Ahead(t, chunk) => {
+                self.renew_ahead(inc, chunk);
+                return Step::Leased(t);
+            }
+            _ => {}
         }
         // Behind a take in flight, a refusal waits for the take's lease
         // (`Allowance::behind_take`), so none is remembered.
@@ -107,7 +112,7 @@ impl Resilient {
     /// time unless the answer then waits half the wait to be read (this
     /// instance starved of CPU), the one way left for a chunk to be counted
     /// for no one.
-    fn given_up_us(&self, deadline: Option<Instant>) -> u64 {
+    pub(super) fn given_up_us(&self, deadline: Option<Instant>) -> u64 {
         let wait = u64::try_from(self.wait(deadline).as_micros()).unwrap_or(u64::MAX);
         Now::wall_us()
             .saturating_add(wait / 2)
