@@ -119,6 +119,7 @@ test: lint deps docs
 bench: deps h2load
 	$(CARGO) build --release --bin sluice --example noop_rls
 	$(CARGO) bench --bench load
+	$(CARGO) bench --bench far
 	$(CARGO) bench --bench matching
 	SLUICE_TEST_BIN=$(CURDIR)/target/release/sluice $(CARGO) bench --bench rules
 

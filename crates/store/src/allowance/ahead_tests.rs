@@ -42,7 +42,7 @@ impl Far {
             }
         }
         let a = &fleet[i];
-        let pos = match a.plan(inc) {
+        match a.plan(inc) {
             Plan::Served(Tally::Leased(p)) => p,
             Plan::Ahead(Tally::Leased(p), chunk) => {
                 self.count += chunk;
@@ -72,8 +72,7 @@ impl Far {
                 }
             }
             other => panic!("{other:?}"),
-        };
-        pos
+        }
     }
 }
 
