@@ -42,6 +42,12 @@ const LEAD_RTTS: u64 = 3;
 const MARGIN_US: u64 = 10_000;
 /// A chunk taken ahead is at most this many times the last.
 const GROWTH: u64 = 4;
+/// The least chunk worth taking ahead: a smaller one (a limit of a few
+/// dozen, whose eighth of the headroom is a handful) is a key whose
+/// answers' `limit_remaining` a client reads one by one, and a chunk taken
+/// ahead and overtaken by a take for a waiting request would hand out its
+/// positions after higher ones.
+const MIN_CHUNK: u64 = 16;
 
 impl Allowance {
     /// Leases renewed ahead of running out (`ahead`), or only when they do.
@@ -101,7 +107,7 @@ impl Allowance {
             .clamp(l.chunk, l.chunk.saturating_mul(GROWTH));
         let headroom = u64::from(inc.limit).saturating_sub(l.seen);
         let chunk = want.min(headroom / HEADROOM_SHARE).min(self.max_chunk);
-        if chunk > 1 {
+        if chunk >= MIN_CHUNK {
             Some(chunk)
         } else {
             stale.then_some(0)
