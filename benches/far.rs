@@ -13,7 +13,9 @@
 //! first [`WARM_RTTS`] round trips, while its leases first grow), the admitted, and the takes
 //! in the foreground (a request waiting) and ahead (in the background).
 //! Latency here is measured, never asserted (`tests/far_store.rs` holds
-//! what sluice guarantees).
+//! what sluice guarantees). `FAR_MS` sets the distance, `FAR_FLAGS` adds
+//! serve flags (`--allowance-ahead false`), and `FAR_SLOW=1` prints when
+//! each workload's slow requests were sent (250 ms buckets).
 
 #[path = "../tests/common/mod.rs"]
 mod common;

@@ -306,11 +306,8 @@ async fn slow_but_answering(s: &Sluice, pid: u32) {
         c.await.expect("caller");
     }
     drop(throttle);
-    let m = s.get("/metrics").1;
-    let trips = metric(&m, "sluice_store_circuit_trips_total").unwrap_or(0.0);
-    let fallback = metric_sum(&m, "sluice_store_policy_decisions_total");
     assert_eq!(
-        (trips, fallback),
+        trips_and_policy(s),
         (0.0, 0.0),
         "trips and policy decisions on a store that answers"
     );

@@ -30,6 +30,16 @@ pub fn metric_sum(text: &str, family: &str) -> f64 {
         .sum()
 }
 
+/// An instance's breaker trips and failure-policy decisions so far: both 0
+/// while its store answers, however slowly.
+pub fn trips_and_policy(s: &Sluice) -> (f64, f64) {
+    let m = s.get("/metrics").1;
+    (
+        metric(&m, "sluice_store_circuit_trips_total").unwrap_or(0.0),
+        metric_sum(&m, "sluice_store_policy_decisions_total"),
+    )
+}
+
 /// `sluice_*` metric families named in a text: a counter's `_total` and a
 /// histogram's `_bucket`, `_sum` and `_count` folded into their family.
 pub fn metric_families(text: &str) -> std::collections::BTreeSet<String> {
