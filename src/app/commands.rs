@@ -31,6 +31,12 @@ fn report(rules: &crate::config::Rules, args: &CheckArgs) -> ExitCode {
     for (domain, count) in rules.summary() {
         println!("{domain}: {count} rules");
     }
+    // Said on stderr, as the quota warnings: stdout stays the summary.
+    for (domain, count) in rules.counted_after() {
+        eprintln!(
+            "note: {domain}: {count} rules count after (count_after): each instance answers a key from its credit and counts it in the store after, so a key may pass its limit by up to instances x credit a window"
+        );
+    }
     if args.rules {
         for line in rules.dump() {
             println!("  {line}");

@@ -19,6 +19,13 @@ pub struct ConfigArgs {
     /// USE_CALENDAR_MONTH_RATE_LIMIT), not 30 days from the epoch.
     #[arg(help_heading = heading::RULES, long, env = "SLUICE_CALENDAR_MONTHS")]
     pub(crate) calendar_months: bool,
+    /// Every fixed window that does not say `count_after: false` (and is not
+    /// refundable) counts after: a key is answered from this instance's
+    /// credit (--count-after-credit) at local speed and counted in the store
+    /// after, so it may pass its limit by up to instances x credit a window.
+    /// Off: every count is exact.
+    #[arg(help_heading = heading::RULES, long, env = "SLUICE_COUNT_AFTER")]
+    pub(crate) count_after: bool,
     /// The largest rule file read, in bytes; a larger one is a load error
     /// naming this flag.
     #[arg(help_heading = heading::BOUNDS, long, env = "SLUICE_MAX_RULE_FILE_BYTES", default_value_t = FileBounds::default().max_bytes)]
@@ -45,6 +52,7 @@ impl ConfigArgs {
             max_files: self.max_rule_files,
             leases: true,
             calendar_months: self.calendar_months,
+            count_after: self.count_after,
             file_bounds: FileBounds {
                 max_bytes: self.max_rule_file_bytes,
                 max_nodes: self.max_rule_file_nodes,

@@ -348,6 +348,7 @@ impl ServeArgs {
                 stop_when_over: self.stop_increment_when_over_limit,
                 refundable_overrides: self.refundable_overrides,
                 leases: self.store.leases(),
+                shared: self.store.shared(),
             },
             max_pending: self.max_pending,
         }

@@ -166,6 +166,21 @@ pub struct StoreArgs {
     /// waiting.
     #[arg(help_heading = heading::STORE, long, env = "SLUICE_ALLOWANCE_AHEAD", default_value_t = true, action = clap::ArgAction::Set)]
     pub(crate) allowance_ahead: bool,
+    /// A key's credit under `count_after` (or --count-after), in percent of
+    /// its limit (at least one hit): the hits an instance answers before the
+    /// store has counted them, so a key may pass its limit by up to
+    /// instances x credit a window; 0 turns counting after off.
+    #[arg(help_heading = heading::STORE, long, env = "SLUICE_COUNT_AFTER_CREDIT", default_value_t = 5, value_parser = clap::value_parser!(u64).range(0..=100))]
+    pub(crate) count_after_credit: u64,
+    /// How long hits answered on credit wait to be counted in the store, in
+    /// one call with the others due (at once when a key's credit is spent).
+    #[arg(help_heading = heading::STORE, long, env = "SLUICE_COUNT_AFTER_INTERVAL", default_value = "50ms", value_parser = parse_duration)]
+    pub(crate) count_after_interval: Duration,
+    /// Counters answered on credit at once; when full, a new counter takes
+    /// the place of one that owes nothing (of a few looked at), or the exact
+    /// path.
+    #[arg(help_heading = heading::STORE, long, env = "SLUICE_COUNT_AFTER_KEYS", default_value_t = 100_000)]
+    pub(crate) count_after_keys: usize,
 }
 
 impl StoreArgs {
@@ -180,14 +195,18 @@ impl StoreArgs {
     /// Whether the store leases allowance: a shared store, leasing on and
     /// given room to lease.
     pub(crate) fn leases(&self) -> bool {
-        let shared = self.redis_url.is_some()
-            || !self.redis_cluster.is_empty()
-            || self.redis_sentinel.is_some()
-            || !self.memcache_servers.is_empty();
-        shared
+        self.shared()
             && self.leases_allowance()
             && self.allowance_keys > 0
             && self.allowance_max_chunk >= 2
+    }
+
+    /// Whether the store is shared (not the memory store).
+    pub(crate) fn shared(&self) -> bool {
+        self.redis_url.is_some()
+            || !self.redis_cluster.is_empty()
+            || self.redis_sentinel.is_some()
+            || !self.memcache_servers.is_empty()
     }
 
     pub(crate) fn resilient_options(&self) -> ResilientOptions {
@@ -203,6 +222,9 @@ impl StoreArgs {
             },
             allowance_max_chunk: self.allowance_max_chunk,
             allowance_ahead: self.allowance_ahead,
+            count_after_keys: self.count_after_keys,
+            count_after_credit: self.count_after_credit,
+            count_after_interval: self.count_after_interval,
         }
     }
 }

@@ -27,6 +27,7 @@ mod breaker;
 mod cache;
 mod calls;
 mod coalesce;
+mod credit;
 pub mod demand;
 mod io_thread;
 pub mod key;
@@ -108,6 +109,9 @@ pub struct Increment {
     /// A take of a chunk to lease in a request's place ([`allowance`]):
     /// `None` for every increment a request makes itself.
     pub take: Option<Take>,
+    /// Its rule counts after (`count_after`): this instance may answer it
+    /// from its credit and count it in the store after ([`credit`]).
+    pub count_after: bool,
 }
 
 /// What a take of a chunk carries beside the chunk (its `hits`): the
@@ -197,6 +201,7 @@ impl Increment {
             late: None,
             leased_usage: None,
             take: None,
+            count_after: false,
         }
     }
 }

@@ -29,6 +29,10 @@ pub trait StoreObserver: Send + Sync {
     fn allowance(&self, answered: u64, leases: u64);
     /// Takes sent ahead of a lease running out (in the background).
     fn allowance_ahead(&self, takes: u64);
+    /// Requests answered on credit (`count_after`), counts of them sent
+    /// to the store, and hits the store never counted.
+    fn credit(&self, _answered: u64, _sent: u64) {}
+    fn credit_lost(&self, _hits: u64) {}
     /// Leased hits never spent (given up when their lease lapsed).
     fn allowance_stranded(&self, hits: u64);
     /// Positions given back whose answer never came: the store may have

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+mod after;
 mod ahead;
 mod blame;
 pub(crate) use blame::SILENCE_BOUND;
@@ -31,6 +32,7 @@ use blame::{Blame, Silence};
 
 use super::allowance::Allowance;
 use super::breaker::{Breaker, PROBE_MAX, Verdict};
+use super::credit::Credit;
 use super::demand::{DemandUpdate, Fleet};
 use super::lag::Lag;
 use super::{
@@ -75,6 +77,10 @@ pub struct Resilient {
     /// takes ahead waiting to be sent.
     allowance: Allowance,
     renewals: ahead::Renewals,
+    /// Counters of rules that count after, answered on credit ([`Credit`]),
+    /// and how often their hits are counted in the store.
+    credit: Credit,
+    count_every: Duration,
     policy: FailurePolicy,
     timeout: Duration,
     /// The breaker's state, read by every request without a lock.
@@ -119,6 +125,12 @@ pub struct ResilientOptions {
     pub allowance_max_chunk: u64,
     /// Leases renewed ahead of running out (`--allowance-ahead`).
     pub allowance_ahead: bool,
+    /// Counters answered on credit at once (`--count-after-keys`), a key's
+    /// credit in percent of its limit (`--count-after-credit`), and how
+    /// long their hits wait to be counted (`--count-after-interval`).
+    pub count_after_keys: usize,
+    pub count_after_credit: u64,
+    pub count_after_interval: Duration,
 }
 
 impl Resilient {
@@ -137,6 +149,8 @@ impl Resilient {
             allowance: Allowance::new(opts.allowance_keys, opts.allowance_max_chunk)
                 .renewing_ahead(opts.allowance_ahead),
             renewals: ahead::Renewals::default(),
+            credit: Credit::new(opts.count_after_keys, opts.count_after_credit),
+            count_every: opts.count_after_interval,
             policy: opts.policy,
             timeout: opts.timeout,
             open: AtomicBool::new(true),
@@ -341,6 +355,10 @@ impl Store for Resilient {
         if stranded > 0 {
             self.observer.allowance_stranded(stranded);
         }
+        let lost = self.credit.sweep(now);
+        if lost > 0 {
+            self.observer.credit_lost(lost);
+        }
     }
 
     fn counters(&self) -> Occupancy {
@@ -352,10 +370,12 @@ impl Store for Resilient {
         let watch = token.clone();
         let late = token.clone();
         let renew = token.clone();
+        let after = token.clone();
         Some(Box::pin(async move {
             tokio::join!(
                 self.clone().count_late(late),
                 self.clone().renewer(renew),
+                self.clone().settler(after),
                 self.probe(token),
                 lag.watch(watch)
             );

@@ -127,6 +127,7 @@ pub(super) fn inc(v: &str) -> Increment {
         late: None,
         leased_usage: None,
         take: None,
+        count_after: false,
     }
 }
 
@@ -145,6 +146,9 @@ fn net_with(fake: &Arc<Fake>, policy: FailurePolicy, cache_size: usize) -> Arc<R
             allowance_keys: 1000,
             allowance_max_chunk: 4096,
             allowance_ahead: true,
+            count_after_keys: 1000,
+            count_after_credit: 5,
+            count_after_interval: Duration::from_millis(50),
         },
         Arc::new(crate::Unobserved),
     ))

@@ -36,6 +36,9 @@ pub struct Rule {
     pub refundable: bool,
     /// `leased_allowance`: hot counters may be answered from leased allowance.
     pub leased_allowance: bool,
+    /// `count_after` (or `--count-after`): its counters are answered from
+    /// an instance's credit and counted in the store after.
+    pub count_after: bool,
     /// The other limits of a `rate_limits` list, counted with this one.
     pub also: Box<[Arc<Rule>]>,
 }

@@ -56,6 +56,8 @@ pub struct LoadOptions {
     /// The nice value reloads compile at (`--reload-nice`, 0 to 19, or 20
     /// for SCHED_IDLE): above 0 they take the CPU requests leave idle.
     pub reload_nice: u8,
+    /// `--count-after`: rules that do not say count after.
+    pub count_after: bool,
 }
 
 impl Default for LoadOptions {
@@ -67,6 +69,7 @@ impl Default for LoadOptions {
             calendar_months: false,
             file_bounds: FileBounds::default(),
             reload_nice: 10,
+            count_after: false,
         }
     }
 }
@@ -132,6 +135,9 @@ impl Rules {
                 // so the reference's lines stay the reference's.
                 if let Some(policy) = r.on_failure {
                     limit.push_str(&format!(" on_store_failure={}", policy.name()));
+                }
+                if r.count_after {
+                    limit.push_str(" count_after=true");
                 }
                 format!(
                     "{}.{}: {limit}, shadow_mode: {}, quota_mode: {}",
@@ -316,9 +322,12 @@ pub(crate) fn compile_files(
         no_leases(&parsed)?;
     }
     let mut parsed = parsed;
-    if opts.calendar_months {
-        for (_, df) in &mut parsed {
+    for (_, df) in &mut parsed {
+        if opts.calendar_months {
             calendar_months(&mut df.descriptors);
+        }
+        if opts.count_after {
+            model::after::by_default(&mut df.descriptors);
         }
     }
     let domains =

@@ -9,6 +9,7 @@ use envoy_types::pb::google::protobuf::{Struct, Value as PbValue, value::Kind};
 
 use super::error::ConfigError;
 
+pub(crate) mod after;
 mod documents;
 mod keys;
 mod limits;
@@ -108,6 +109,8 @@ pub struct RateLimitDef {
     /// `leased_allowance: false`: every request on the rule's counters
     /// asks the store, never a lease (on by default).
     pub leased_allowance: bool,
+    /// `count_after` as written (unset: `--count-after`, at compile).
+    pub count_after: Option<bool>,
 }
 
 struct Parser<'a> {

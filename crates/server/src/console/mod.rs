@@ -191,6 +191,8 @@ impl Console {
                 // one, and the renewals that keep hot keys off it.
                 "round_trip_ms": app.metrics.store_round_trip().map(|d| d.as_secs_f64() * 1000.0),
                 "renewals_ahead": app.metrics.store_renewals_ahead(),
+                // Answers that traded exactness (rules that count after).
+                "credit_answered": app.metrics.store_credit_answered(),
             },
             "config": {
                 "source": if rules.xds_server().is_some() { "xds" } else { "files" },
@@ -265,6 +267,8 @@ fn rule_view(rates: &Rates, r: &Rule) -> Value {
         "limit": limit,
         "shape": shape,
         "shadow_mode": r.shadow_mode,
+        // Counted in the store after it is answered: exactness traded.
+        "count_after": r.count_after,
         "blocking": blocking,
         "rates": {"requests": series(0), "near_limit": series(1), "over_limit": series(2)},
     })

@@ -70,6 +70,7 @@ function drawRules(domains) {
       const name = el("td", { class: "rule" }, r.rule);
       if (r.name) name.append(el("span", { class: "tag" }, r.name));
       if (r.shadow_mode) name.append(el("span", { class: "tag" }, "shadow"));
+      if (r.count_after) name.append(el("span", { class: "tag", title: "answered on each instance's credit, counted in the store after: may pass its limit by up to instances x credit a window" }, "counts after"));
       const row = el("tr", { "data-rule": `${d.domain}/${r.rule}`, class: r.blocking ? "blocking" : "" },
         name,
         el("td", {}, r.limit, r.shape ? el("span", { class: "tag" }, r.shape) : ""),
@@ -101,7 +102,8 @@ function draw(doc) {
   setText("quota-streams", doc.quota.streams);
   setText("updated", clock(doc.now));
   const trip = doc.store.round_trip_ms == null ? "" :
-    ` · round trip ${doc.store.round_trip_ms.toFixed(1)} ms · ${doc.store.renewals_ahead} renewals ahead`;
+    ` · round trip ${doc.store.round_trip_ms.toFixed(1)} ms · ${doc.store.renewals_ahead} renewals ahead` +
+    (doc.store.credit_answered ? ` · ${doc.store.credit_answered} answered on credit` : "");
   setText("store-detail", (doc.store.detail || `${doc.store.backend}: healthy`) + trip);
   drawEvents("failovers", doc.store.history);
   drawRules(doc.domains);

@@ -34,6 +34,8 @@ pub(super) struct StoreMetrics {
     pub(super) allowance_stranded: AtomicU64,
     pub(super) allowance_unsettled: AtomicU64,
     pub(super) allowance_ahead: AtomicU64,
+    /// Counting after: requests answered on credit, counts sent, hits lost.
+    pub(super) credit: [AtomicU64; 3],
     /// The store's round trip, smoothed over answered calls (µs; 0 before
     /// any): the console tells a far store from a slow one by it.
     round_trip_us: AtomicU64,
@@ -77,6 +79,11 @@ impl Metrics {
     pub fn store_renewals_ahead(&self) -> u64 {
         self.store.allowance_ahead.load(Relaxed)
     }
+
+    /// Requests answered on credit (`count_after`), since start.
+    pub fn store_credit_answered(&self) -> u64 {
+        self.store.credit[0].load(Relaxed)
+    }
 }
 
 /// The store's safety net tells the metrics what it did; it reads nothing
@@ -105,6 +112,16 @@ impl StoreObserver for Metrics {
 
     fn allowance_ahead(&self, takes: u64) {
         self.store.allowance_ahead.fetch_add(takes, Relaxed);
+    }
+
+    fn credit(&self, answered: u64, sent: u64) {
+        let [a, s, _] = &self.store.credit;
+        a.fetch_add(answered, Relaxed);
+        s.fetch_add(sent, Relaxed);
+    }
+
+    fn credit_lost(&self, hits: u64) {
+        self.store.credit[2].fetch_add(hits, Relaxed);
     }
 
     fn allowance_unsettled(&self, hits: u64) {
@@ -205,6 +222,25 @@ impl StoreMetrics {
             "sluice_store_allowance_unsettled",
             "Leased positions given back after their window whose answer never came: the store may have taken them back unheard, so the usage advisor may read over by them.",
             self.allowance_unsettled.load(Relaxed),
+        )?;
+        let [answered, sent, lost] = &self.credit;
+        encode::counter(
+            enc,
+            "sluice_store_credit_answered",
+            "Requests of rules that count after (count_after) answered on this instance's credit, before the store counted them.",
+            answered.load(Relaxed),
+        )?;
+        encode::counter(
+            enc,
+            "sluice_store_credit_counts",
+            "Counts of hits answered on credit sent to the store (one per counter, batched every --count-after-interval).",
+            sent.load(Relaxed),
+        )?;
+        encode::counter(
+            enc,
+            "sluice_store_credit_lost",
+            "Hits answered on credit the store never counted (it failed until their window ended): the key may have passed its limit by them.",
+            lost.load(Relaxed),
         )?;
         encode::counter(
             enc,

@@ -31,6 +31,10 @@ pub struct Knobs {
     /// The store leases allowance (a shared store, `--leased-allowance`):
     /// it tells a rule's usage of the hits it answers from leases.
     pub leases: bool,
+    /// The store is shared (Redis, Cluster, Sentinel, memcached): a rule
+    /// that counts after is answered on credit (the memory store is local
+    /// and exact anyway).
+    pub shared: bool,
 }
 
 impl Default for Knobs {
@@ -41,6 +45,7 @@ impl Default for Knobs {
             stop_when_over: false,
             refundable_overrides: false,
             leases: false,
+            shared: false,
         }
     }
 }
@@ -87,6 +92,9 @@ impl Counting<'_> {
         // would void other instances' leases again and again: it asks
         // the store for every request, as `leased_allowance: false`.
         let leasable = !refundable && self.rule.is_none_or(|r| r.leased_allowance);
+        let fixed = !refund && self.algorithm == Algorithm::FixedWindow && self.slot.is_none();
+        let count_after =
+            knobs.shared && fixed && !refundable && self.rule.is_some_and(|r| r.count_after);
         Increment {
             key: self.key.clone(),
             hits,
@@ -117,12 +125,11 @@ impl Counting<'_> {
             // The usage of hits answered from leased allowance is told by
             // the store, as the count moves (the chunk taken, positions
             // given back): the answers themselves cross no level.
-            leased_usage: (knobs.leases
-                && leasable
-                && !refund
-                && self.algorithm == Algorithm::FixedWindow)
+            // So is the usage of hits answered on credit, when counted.
+            leased_usage: (fixed && (knobs.leases && leasable || count_after))
                 .then(|| self.stats.clone() as Arc<dyn CountedLate>),
             take: None,
+            count_after,
         }
     }
 

@@ -79,6 +79,7 @@ impl Allowance {
             at_us: last_us,
             late: None,
             take: None,
+            count_after: false,
             ..inc.clone()
         }))
     }

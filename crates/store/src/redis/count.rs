@@ -207,6 +207,7 @@ fn in_window(inc: &Increment, start: u64) -> Increment {
         at_us: start.saturating_mul(1_000_000),
         hits: inc.take.map_or(inc.hits, |t| t.own),
         take: None,
+        count_after: false,
         ..inc.clone()
     }
 }

@@ -17,6 +17,8 @@ enum Step {
     Leased(Tally),
     /// Answered over its limit from the over-limit cache.
     Cached(Tally),
+    /// Answered on credit, counted in the store after.
+    Credited(Tally),
     /// Asked of the store: for its own hits, or a chunk to lease.
     Ask(Option<u64>),
 }
@@ -42,6 +44,16 @@ impl Resilient {
                 self.allowance.abandon(inc);
             }
             return Step::Cached(t);
+        }
+        // On credit only while the store is thought up: a store known down
+        // is the failure policy's to decide.
+        if !self.open.load(std::sync::atomic::Ordering::Relaxed)
+            && let Some(t) = self.credit.admit(inc)
+        {
+            if let Plan::Take { .. } = plan {
+                self.allowance.abandon(inc);
+            }
+            return Step::Credited(t);
         }
         match plan {
             Plan::Take { chunk } => Step::Ask(Some(chunk)),
@@ -82,7 +94,7 @@ impl Resilient {
             .filter_map(|(inc, s)| match s {
                 Step::Ask(Some(_)) => copies.next().map(|take| (inc, take)),
                 Step::Ask(None) => Some((inc, inc)),
-                Step::Leased(_) | Step::Cached(_) => None,
+                Step::Leased(_) | Step::Cached(_) | Step::Credited(_) => None,
             })
             .collect();
         self.observe(&steps, takes.len());
@@ -98,7 +110,7 @@ impl Resilient {
         Ok(steps
             .into_iter()
             .map(|s| match s {
-                Step::Leased(t) | Step::Cached(t) => Some(t),
+                Step::Leased(t) | Step::Cached(t) | Step::Credited(t) => Some(t),
                 Step::Ask(_) => got.next(),
             })
             .map(|t| t.unwrap_or(Tally::Decided(Decision::Refuse)))
@@ -121,13 +133,17 @@ impl Resilient {
 
     /// Counts what was answered here, for the metrics.
     fn observe(&self, steps: &[Step], takes: usize) {
-        let (mut leased, mut cached) = (0, 0);
+        let (mut leased, mut cached, mut credited) = (0, 0, 0);
         for s in steps {
             match s {
                 Step::Leased(_) => leased += 1,
                 Step::Cached(_) => cached += 1,
+                Step::Credited(_) => credited += 1,
                 Step::Ask(_) => {}
             }
+        }
+        if credited > 0 {
+            self.observer.credit(credited, 0);
         }
         if cached > 0 {
             self.observer.local_cache_hits(cached);
@@ -194,6 +210,7 @@ impl Resilient {
             return self.allowance.took(inc, sent, t, Now::wall_us());
         }
         self.allowance.answered(inc, &t);
+        self.credit.answered(inc, &t);
         self.allowance.rescue(inc, t)
     }
 }

@@ -17,6 +17,7 @@ impl Resilient {
         for inc in batch {
             self.cache.forget(&inc.key);
             self.allowance.forget(&inc.key);
+            self.credit.forget(&inc.key);
         }
         self.fallback.reset(batch);
         if self.open.load(Relaxed) {

@@ -182,6 +182,7 @@ impl Compiler<'_> {
             on_failure: rl.on_failure,
             refundable: rl.refundable,
             leased_allowance: rl.leased_allowance,
+            count_after: rl.count_after == Some(true),
             also,
         });
         self.rules.push(rule.clone());

@@ -2,7 +2,7 @@
 
 /// The reference's flat allow-list of keys: any other key, at any depth outside
 /// `metadata`, is an error.
-pub const VALID_KEYS: [&str; 26] = [
+pub const VALID_KEYS: [&str; 27] = [
     "domain",
     "key",
     "value",
@@ -30,4 +30,5 @@ pub const VALID_KEYS: [&str; 26] = [
     "max_in_flight",
     "lease",
     "leased_allowance",
+    "count_after",
 ];

@@ -30,6 +30,7 @@ struct Fields<'n> {
     refundable: bool,
     /// `leased_allowance:` as written (unset: on).
     leased_allowance: Option<bool>,
+    count_after: Option<(bool, &'n Node)>,
     /// `algorithm: concurrency`'s bound and lease.
     max_in_flight: Option<(u32, &'n Node)>,
     lease: Option<(Period, &'n Node)>,
@@ -81,6 +82,7 @@ impl Parser<'_> {
             }
         };
         self.check_replaces(path, f.name.as_deref(), &f.replaces);
+        let count_after = self.count_after(path, f.count_after, &limit, f.refundable);
         Some(RateLimitDef {
             limit,
             name: f.name,
@@ -88,6 +90,7 @@ impl Parser<'_> {
             on_failure: f.on_failure,
             refundable: f.refundable,
             leased_allowance: f.leased_allowance.unwrap_or(true),
+            count_after,
         })
     }
 
@@ -113,6 +116,7 @@ impl Parser<'_> {
                 "on_store_failure" => f.on_failure = self.failure_policy(v, &field),
                 "refundable" => f.refundable = self.boolean(v, &field),
                 "leased_allowance" => f.leased_allowance = Some(self.boolean(v, &field)),
+                "count_after" => f.count_after = Some((self.boolean(v, &field), v)),
                 "max_in_flight" => f.max_in_flight = Some((self.uint32(v, &field), v)),
                 "lease" => {
                     f.lease_given = true;

@@ -1,8 +1,8 @@
 //! An overlay's `rate_limit` block over a rule a control plane pushed: the
 //! overlay gives sluice's shape fields (`window`, `algorithm`, `burst`,
-//! `overdraft`, `on_store_failure`, `refundable`, `leased_allowance`), the
-//! control plane keeps the reference's (`unit`, `requests_per_unit`,
-//! `unlimited`, `name`, `replaces`). The two are read as one block by the
+//! `overdraft`, `on_store_failure`, `refundable`, `leased_allowance`,
+//! `count_after`), the control plane keeps the reference's (`unit`,
+//! `requests_per_unit`, `unlimited`, `name`, `replaces`). The two are read as one block by the
 //! rule file's own parser, so a shape means what it means in a file.
 
 use std::path::Path;
@@ -39,7 +39,7 @@ pub(crate) fn check_shape(file: &Path, node: &Node, path: &str) -> Vec<ConfigErr
         let field = super::join(path, key);
         if PUSHED.contains(&key) {
             let msg = format!(
-                "{key} comes from the control plane; an overlay gives the shape only (window, algorithm, burst, overdraft, on_store_failure, refundable, leased_allowance)"
+                "{key} comes from the control plane; an overlay gives the shape only (window, algorithm, burst, overdraft, on_store_failure, refundable, leased_allowance, count_after)"
             );
             err(&k.referenced, field, msg);
         } else if key == "algorithm" && matches!(&v.value, Value::Str(a) if a == "concurrency") {
@@ -61,6 +61,7 @@ pub(crate) fn check_shape(file: &Path, node: &Node, path: &str) -> Vec<ConfigErr
         on_failure: None,
         refundable: false,
         leased_allowance: true,
+        count_after: None,
     };
     shaped(file, node, path, &stand_in)
         .err()

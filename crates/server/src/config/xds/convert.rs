@@ -135,5 +135,6 @@ fn policy(p: &RateLimitPolicy, err: &mut impl FnMut(&str, String)) -> Option<Rat
         on_failure: None,
         refundable: false,
         leased_allowance: true,
+        count_after: None,
     })
 }
