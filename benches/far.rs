@@ -7,7 +7,10 @@
 //!
 //! - **hot**: one key far from its limit (10,000,000 an hour), 60,000 requests;
 //! - **near**: one key of 300 an hour, 600 requests (admitted must be 300);
-//! - **cold**: 300 keys of 100 an hour, one request each.
+//! - **cold**: 300 keys of 100 an hour, one request each;
+//! - **near_after**, **cold_after**: near and cold under `count_after`
+//!   (answered on credit, 5% of the limit, counted after: at most
+//!   2 x 15 past the limit of 300).
 //!
 //! Each row: p50, p99, the requests slower than 50 ms (after the hot key's
 //! first [`WARM_RTTS`] round trips, while its leases first grow), the admitted, and the takes
@@ -35,6 +38,10 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 300}
   - key: cold
     rate_limit: {unit: hour, requests_per_unit: 100}
+  - key: near_after
+    rate_limit: {unit: hour, requests_per_unit: 300, count_after: true}
+  - key: cold_after
+    rate_limit: {unit: hour, requests_per_unit: 100, count_after: true}
 ";
 const CLIENTS: usize = 16;
 /// The hot key's first round trips, while its leases grow (at most
@@ -78,7 +85,14 @@ fn main() {
         } else {
             format!("{} ms round trip", 2 * ms)
         };
-        for (name, keys, each) in [("hot", 1, 60_000), ("near", 1, 600), ("cold", 300, 1)] {
+        let workloads = [
+            ("hot", 1, 60_000),
+            ("near", 1, 600),
+            ("cold", 300, 1),
+            ("near_after", 1, 600),
+            ("cold_after", 300, 1),
+        ];
+        for (name, keys, each) in workloads {
             let before = takes(&fleet);
             let warm = (Duration::from_millis(2 * ms) * WARM_RTTS).max(Duration::from_millis(200));
             let (lat, admitted) = rt.block_on(run(&fleet, name, keys, each, warm));

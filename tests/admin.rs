@@ -272,6 +272,59 @@ fn check_prints_domains_or_errors() {
     );
 }
 
+/// `sluice check` says which rules trade exactness (`count_after`, or all
+/// fixed windows under `--count-after`), and refuses it where it cannot
+/// apply.
+#[test]
+fn check_names_the_rules_that_count_after() {
+    let rules = "domain: c\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 100, count_after: true}\n  - key: exact\n    rate_limit: {unit: hour, requests_per_unit: 100}\n  - key: bucket\n    rate_limit: {unit: hour, requests_per_unit: 100, algorithm: token_bucket}\n";
+    let dir = config_dir(&[("c.yaml", rules)]);
+    let check = |extra: &[&str]| {
+        let out = Command::new(sluice_bin())
+            .args(["check", "--rules"])
+            .args(extra)
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (out, err) = check(&[]);
+    assert!(err.contains("note: c: 1 rules count after"), "{err}");
+    assert!(err.contains("instances x credit"), "{err}");
+    assert!(
+        out.contains("c.user: unit=HOUR requests_per_unit=100 count_after=true,"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("c.exact: unit=HOUR requests_per_unit=100 count_after"),
+        "{out}"
+    );
+    // Every fixed window under --count-after; never the bucket.
+    let (out, err) = check(&["--count-after"]);
+    assert!(err.contains("note: c: 2 rules count after"), "{err}");
+    assert!(!out.contains("token_bucket burst=100 count_after"), "{out}");
+
+    let bad = config_dir(&[(
+        "b.yaml",
+        "domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5, algorithm: sliding_window, count_after: true}\n",
+    )]);
+    let out = Command::new(sluice_bin())
+        .arg("check")
+        .arg(bad.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("rate_limit.count_after: count_after is only for fixed windows"),
+        "{err}"
+    );
+}
+
 #[test]
 fn shipped_descriptors_are_valid() {
     let out = Command::new(sluice_bin())

@@ -42,7 +42,7 @@
 
 use std::collections::BTreeMap;
 
-use super::fleet::{BUCKET, RULES, SHADOW, STORE_TIMEOUT_MS};
+use super::fleet::{AFTER, AFTER_CREDIT, BUCKET, RULES, SHADOW, STORE_TIMEOUT_MS};
 use super::history::{Answer, Fault, History, Op, Reset};
 
 /// Slack on an answer's time beyond `--redis-timeout`.
@@ -96,6 +96,7 @@ pub const POLICY: &str = "failure policy bound";
 pub const LATENCY: &str = "answer within timeout";
 pub const REFERENCE: &str = "reference key holds the hits";
 pub const NO_FALSE_REFUSAL: &str = "no refusal under the limit";
+pub const COUNT_AFTER: &str = "counting after bound";
 
 pub fn check(h: &History, instances: usize) -> Report {
     let mut r = Report {
@@ -250,12 +251,14 @@ fn windows(h: &History, instances: usize, r: &mut Report) {
         // A bucket admits its burst (the limit) and a limit's refill in a
         // window; a reset fills it again.
         let most = if rule == BUCKET { 2 * limit } else { limit };
+        let credit = on_credit(h, rule, instances, touched);
         let (promise, bound) = if store_faults.is_empty() && !degraded {
-            (EXACT, most * (1 + resets) + back)
+            let promise = if rule == AFTER { COUNT_AFTER } else { EXACT };
+            (promise, most * (1 + resets) + back + credit)
         } else {
             (
                 POLICY,
-                most * (instances as u64 + 1 + u64::from(lost) + resets) + back,
+                most * (instances as u64 + 1 + u64::from(lost) + resets) + back + credit,
             )
         };
         let active = active(h, span);
@@ -269,6 +272,23 @@ fn windows(h: &History, instances: usize, r: &mut Report) {
             ));
         }
     }
+}
+
+/// What a rule that counts after may admit past its bound in a window
+/// (`span`): a credit per instance ("at most instances x credit past the
+/// limit a window"), and one more for each instance killed then (its
+/// credit not yet counted dies with it, and the instance restarted has a
+/// fresh one). Nothing for any other rule.
+fn on_credit(h: &History, rule: &str, instances: usize, span: (u64, u64)) -> u64 {
+    if rule != AFTER {
+        return 0;
+    }
+    let kills = h
+        .faults
+        .iter()
+        .filter(|f| f.kind.starts_with("instance SIGKILL") && overlaps((f.start, f.end), span))
+        .count();
+    (instances + kills) as u64 * AFTER_CREDIT
 }
 
 /// Whether the store lost counts in `f`: a restart empty, or a Sentinel

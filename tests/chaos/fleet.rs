@@ -20,8 +20,9 @@ use super::xds::Xds;
 /// request names one key with a value (its counter). `d` is never reached:
 /// its windows are all admitted, so a reference's key must hold their hits.
 /// The first four are plain fixed windows; the rest are of their own kind
-/// ([`SHADOW`], [`REFUNDABLE`], [`SLIDING`], [`BUCKET`]) or limit (`e`, 1).
-pub const RULES: [(&str, u32, u64); 9] = [
+/// ([`SHADOW`], [`REFUNDABLE`], [`SLIDING`], [`BUCKET`], [`AFTER`]) or
+/// limit (`e`, 1).
+pub const RULES: [(&str, u32, u64); 10] = [
     ("a", 5, 1_000),
     ("b", 20, 1_000),
     ("c", 40, 2_000),
@@ -31,6 +32,7 @@ pub const RULES: [(&str, u32, u64); 9] = [
     ("e", 1, 1_000),
     (SLIDING, 10, 1_000),
     (BUCKET, 10, 1_000),
+    (AFTER, 20, 1_000),
 ];
 
 /// A `shadow_mode: true` rule: never refuses, whatever its count.
@@ -43,6 +45,11 @@ pub const SLIDING: &str = "w";
 /// A token bucket (`burst` the limit): `burst + rate × s`, so at most twice
 /// the limit in a window.
 pub const BUCKET: &str = "k";
+/// A rule that counts after (`count_after: true`): each instance answers
+/// it on its credit, [`AFTER_CREDIT`] hits, before the store counts them.
+pub const AFTER: &str = "f";
+/// `--count-after-credit 20`: 4 hits of `f`'s 20.
+pub const AFTER_CREDIT: u64 = 4;
 
 /// A concurrency rule (`conc`, then the slot's own entry), `max_in_flight`
 /// of it; memcached holds no slots, so its fleets have none.
@@ -74,6 +81,7 @@ pub fn rules_text(a_limit: u32, backend: Backend) -> String {
             REFUNDABLE => ", refundable: true",
             SLIDING => ", algorithm: sliding_window",
             BUCKET => ", algorithm: token_bucket",
+            AFTER => ", count_after: true",
             _ => "",
         };
         s.push_str(&format!(
@@ -124,10 +132,15 @@ impl Fleet {
     pub fn start(n: usize, backend: Backend, extra: &[&str]) -> Fleet {
         let store = Store::start(backend);
         let dir = config_dir(&[("chaos.yaml", &rules_text(RULES[0].1, backend))]);
-        let mut args: Vec<String> = ["--redis-timeout", &format!("{STORE_TIMEOUT_MS}ms")]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect();
+        let mut args: Vec<String> = [
+            "--redis-timeout",
+            &format!("{STORE_TIMEOUT_MS}ms"),
+            "--count-after-credit",
+            "20",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let xds = (backend == Backend::Xds).then(|| Xds::start(RULES[0].1));
         if let Some(x) = &xds {

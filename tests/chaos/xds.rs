@@ -20,7 +20,8 @@ use super::fleet::{RULES, SHADOW};
 const SECOND: i32 = 1;
 
 /// What the control plane cannot say, the overlay does: `c`'s 2 s window,
-/// the refundable rule, the sliding window and the bucket.
+/// the refundable rule, the sliding window, the bucket and the rule that
+/// counts after.
 const OVERLAY: &str = "domain: chaos
 descriptors:
   - key: c
@@ -31,6 +32,8 @@ descriptors:
     rate_limit: {algorithm: sliding_window}
   - key: k
     rate_limit: {algorithm: token_bucket}
+  - key: f
+    rate_limit: {count_after: true}
 ";
 
 pub struct Xds {

@@ -34,12 +34,18 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use crate::limiter::{Algorithm, Now, Tally, WindowStart};
+use crate::limiter::{Algorithm, Now, Tally, WindowStart, clock};
 use crate::{CounterKey, Increment};
 
 const SHARDS: usize = 16;
 /// Entries looked at to make room in a full shard.
 const SAMPLE: usize = 8;
+/// The count seen once the store counted a key's hits in another window
+/// than this instance's clock put them in (a clock stepped, not yet
+/// followed): past every limit, so the key takes the exact path for the
+/// rest of that window, and its credit was judged against the wrong
+/// window's count at most once.
+const MOVED: u64 = u64::MAX;
 
 /// What this instance owes the store of one counter's window.
 #[derive(Debug)]
@@ -155,7 +161,11 @@ impl Credit {
         }
         let pending = o.pending().saturating_add(inc.hits);
         let pos = o.seen.saturating_add(pending);
-        if pending > credit || pos > u64::from(inc.limit) {
+        // Not in the window's last `guard_us` either: the store's window
+        // (its clock) may have ended.
+        let ending =
+            inc.at_us.saturating_add(clock::guard_us()) >= o.end_s.saturating_mul(1_000_000);
+        if pending > credit || pos > u64::from(inc.limit) || ending {
             return None;
         }
         let first = o.unsent == 0 && o.sending == 0;
@@ -208,6 +218,10 @@ impl Credit {
         };
         match tally {
             Some(Tally::Count(after)) => o.seen = o.seen.max(after),
+            // Counted in another window by the store's clock: this
+            // instance's view of the window is not the store's, so no more
+            // credit for it (see `MOVED`).
+            Some(Tally::Moved(_)) => o.seen = MOVED,
             Some(_) => {}
             None => o.unsent = o.unsent.saturating_add(o.sending),
         }
@@ -225,8 +239,12 @@ impl Credit {
     /// The store's count for a request of `inc`'s counter that took the
     /// exact path: the key's next credit is judged against it.
     pub(crate) fn answered(&self, inc: &Increment, tally: &Tally) {
-        if let Tally::Count(after) = *tally
-            && inc.count_after
+        let after = match *tally {
+            Tally::Count(after) => after,
+            Tally::Moved(_) => MOVED,
+            _ => return,
+        };
+        if inc.count_after
             && self.per_shard > 0
             && let Some(o) = self.shard(&inc.key).lock().get_mut(&inc.key)
             && o.start == inc.window.start

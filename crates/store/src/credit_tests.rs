@@ -204,3 +204,24 @@ fn counters_on_credit_are_bounded_and_a_full_shard_takes_the_exact_path() {
         .count();
     assert!(later >= 1, "room made from idle entries");
 }
+
+#[test]
+fn a_count_in_another_window_or_the_window_s_last_moment_ends_the_credit() {
+    let c = Credit::new(100, 50);
+    assert!(c.admit(&hit("k", 10, 60)).is_some());
+    let due = c.take_due();
+    // The store's clock put the hit in its next window: this instance's
+    // view of the window is not the store's.
+    c.landed(&due[0], Some(Tally::Moved(1)), Now(60));
+    assert_eq!(
+        c.admit(&hit("k", 10, 61)),
+        None,
+        "the exact path for the rest of it"
+    );
+    // The window's last moment (within the clock guard of its end).
+    let last = Increment {
+        at_us: 120 * 1_000_000 - 1,
+        ..hit("late", 10, 119)
+    };
+    assert_eq!(c.admit(&last), None);
+}
