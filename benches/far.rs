@@ -12,6 +12,9 @@
 //!   (answered on credit, 5% of the limit, counted after: at most
 //!   2 x 15 past the limit of 300).
 //!
+//! Then a store per region: each instance its own redis-server on
+//! loopback, every limit halved (each region's share, even demand).
+//!
 //! Each row: p50, p99, the requests slower than 50 ms (after the hot key's
 //! first [`WARM_RTTS`] round trips, while its leases first grow), the admitted, and the takes
 //! in the foreground (a request waiting) and ahead (in the background).
@@ -61,16 +64,27 @@ fn main() {
         "| store | workload | requests | p50 ms | p99 ms | > 50 ms | admitted | takes | ahead |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
-    for ms in [0, far_ms] {
-        let redis = RedisServer::start();
+    // The far store, on loopback and `far_ms` away; then a store per
+    // region (each instance its own Redis, on loopback), each rule's limit
+    // split in two.
+    for (ms, per_region) in [(0, false), (far_ms, false), (0, true)] {
+        let stores: Vec<RedisServer> = (0..1 + usize::from(per_region))
+            .map(|_| RedisServer::start())
+            .collect();
+        let rules = if per_region {
+            split(RULES)
+        } else {
+            RULES.to_owned()
+        };
         let fleet: Vec<Sluice> = (0..2)
-            .map(|_| {
+            .map(|i| {
+                let redis = &stores[i % stores.len()];
                 let link = FarLink::start(redis.port, Duration::from_millis(ms));
                 let url = format!("redis://127.0.0.1:{}", link.port);
                 let mut args = vec!["--redis-url", url.as_str(), "--redis-timeout", "400ms"];
                 args.extend(["--log-level", "warn,sluice=info"]);
                 args.extend(extra.iter().map(String::as_str));
-                let s = Sluice::start(&[("far.yaml", RULES)], &args);
+                let s = Sluice::start(&[("far.yaml", &rules)], &args);
                 assert!(eventually(Duration::from_secs(20), || s.readyz()["status"] == "ready"));
                 s
             })
@@ -80,7 +94,9 @@ fn main() {
             .enable_all()
             .build()
             .expect("runtime");
-        let place = if ms == 0 {
+        let place = if per_region {
+            "a store per region, limits split".to_owned()
+        } else if ms == 0 {
             "loopback".to_owned()
         } else {
             format!("{} ms round trip", 2 * ms)
@@ -101,6 +117,28 @@ fn main() {
             row(&place, name, &lat, admitted, took);
         }
     }
+}
+
+/// `rules` with every limit halved: each region's share of the budget,
+/// split evenly (as even demand would split it).
+fn split(rules: &str) -> String {
+    rules
+        .lines()
+        .map(|l| match l.split_once("requests_per_unit: ") {
+            Some((head, tail)) => {
+                let (n, rest) = tail.split_at(
+                    tail.find(|c: char| !c.is_ascii_digit())
+                        .unwrap_or(tail.len()),
+                );
+                format!(
+                    "{head}requests_per_unit: {}{rest}",
+                    n.parse::<u64>().unwrap_or(0) / 2
+                )
+            }
+            None => l.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// `keys` keys of rule `rule`, `each` requests per key, over the fleet

@@ -60,11 +60,12 @@ const SEEDS: [(u64, Backend, &[&str]); 6] = [
     (1, Backend::Redis, &[]),
     (2, Backend::Redis, &["--key-format", "envoyproxy"]),
     (3, Backend::Memcached, &[]),
-    (4, Backend::Sentinel, &[]),
-    // Seed 11: the first after 1 whose schedule fits a Cluster's 14 kinds
-    // in 50 s (seed 5's needs 60).
-    (11, Backend::Cluster, &[]),
-    (6, Backend::Xds, &[]),
+    // Seeds past 3 whose schedules fit every kind of their store in 50 s
+    // (`every_short_seed_plans_every_fault_kind`): Sentinel's 14, a
+    // Cluster's 15 (97 is the first), xDS's 14.
+    (19, Backend::Sentinel, &[]),
+    (97, Backend::Cluster, &[]),
+    (22, Backend::Xds, &[]),
 ];
 const SHORT: Duration = Duration::from_secs(50);
 const INSTANCES: usize = 2;
@@ -216,6 +217,19 @@ fn table(r: &checker::Report) -> String {
         ));
     }
     out
+}
+
+/// Each short seed's schedule applies every kind its store is held to
+/// within [`SHORT`] (a kind added changes every schedule).
+#[test]
+fn every_short_seed_plans_every_fault_kind() {
+    for (seed, backend, _) in SEEDS {
+        let kinds = nemesis::kinds(backend);
+        let plan = nemesis::schedule(seed, SHORT, INSTANCES, &kinds);
+        let planned: std::collections::BTreeSet<&str> =
+            plan.iter().map(|p| p.kind.name()).collect();
+        assert_eq!(planned.len(), kinds.len(), "seed {seed} on {backend:?}");
+    }
 }
 
 #[test]

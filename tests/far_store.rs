@@ -178,7 +178,10 @@ async fn keys_that_count_after_are_answered_on_credit_within_the_stated_bound() 
     for s in fleet {
         assert_eq!(trips_and_policy(s), (0.0, 0.0));
     }
-    assert_eq!(metric_sum(&fleet, "sluice_store_credit_lost_total"), 0.0);
+    assert_eq!(
+        metric_sum(&fleet, "sluice_store_credit_in_doubt_total"),
+        0.0
+    );
     // The console marks the rules that trade exactness.
     let (_, console) = a.get("/api/console");
     let doc: serde_json::Value = serde_json::from_str(&console).expect("json");

@@ -176,9 +176,8 @@ pub struct StoreArgs {
     /// one call with the others due (at once when a key's credit is spent).
     #[arg(help_heading = heading::STORE, long, env = "SLUICE_COUNT_AFTER_INTERVAL", default_value = "50ms", value_parser = parse_duration)]
     pub(crate) count_after_interval: Duration,
-    /// Counters answered on credit at once; when full, a new counter takes
-    /// the place of one that owes nothing (of a few looked at), or the exact
-    /// path.
+    /// Counters answered on credit in a window; when full, a new counter
+    /// takes the exact path (none is dropped before its window ends).
     #[arg(help_heading = heading::STORE, long, env = "SLUICE_COUNT_AFTER_KEYS", default_value_t = 100_000)]
     pub(crate) count_after_keys: usize,
 }

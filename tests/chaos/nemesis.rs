@@ -28,6 +28,10 @@ impl Rng {
     }
 }
 
+/// The far link's delay each way: its round trip (with the link's own
+/// lateness) within the fleet's 50 ms `--redis-timeout`.
+const FAR_LINK_MS: u64 = 10;
+
 /// Every fault the nemesis knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -39,6 +43,7 @@ pub enum Kind {
     Partition,
     Silent,
     Latency,
+    FarLink,
     CpuFlood,
     RequestFlood,
     Reload,
@@ -48,7 +53,7 @@ pub enum Kind {
     XdsGone,
 }
 
-pub const KINDS: [Kind; 15] = [
+pub const KINDS: [Kind; 16] = [
     Kind::StoreStop,
     Kind::StoreKill,
     Kind::StoreThrottle,
@@ -57,6 +62,7 @@ pub const KINDS: [Kind; 15] = [
     Kind::Partition,
     Kind::Silent,
     Kind::Latency,
+    Kind::FarLink,
     Kind::CpuFlood,
     Kind::RequestFlood,
     Kind::Reload,
@@ -120,6 +126,7 @@ impl Kind {
             Kind::Partition => "partition instance-store",
             Kind::Silent => "instance-store link silent",
             Kind::Latency => "instance-store latency 30 ms",
+            Kind::FarLink => "instance-store far link (10 ms each way, within the timeout)",
             Kind::CpuFlood => "CPU flood (2 busy loops)",
             Kind::RequestFlood => "request flood (h2load at each instance)",
             Kind::Reload => "reload changing a limit",
@@ -206,6 +213,7 @@ pub fn run(fleet: &Fleet, plan: &[Planned], start_ms: u64, history: &Shared) {
                     | Kind::Partition
                     | Kind::Silent
                     | Kind::Latency
+                    | Kind::FarLink
                     | Kind::ClockStep
             )
             .then_some(p.target),
@@ -246,7 +254,12 @@ fn apply(fleet: &Fleet, p: &Planned, on: bool, history: &Shared) {
         (Kind::Partition, true) => fleet.proxies[i].partition(),
         (Kind::Silent, true) => fleet.proxies[i].silence(),
         (Kind::Latency, true) => fleet.proxies[i].delay(30),
-        (Kind::Partition | Kind::Silent | Kind::Latency, false) => fleet.proxies[i].pass(),
+        // A store far away that answers: slow, not down, so the exact count
+        // and every other healthy promise must hold (not `touches_store`).
+        (Kind::FarLink, true) => fleet.proxies[i].delay(FAR_LINK_MS),
+        (Kind::Partition | Kind::Silent | Kind::Latency | Kind::FarLink, false) => {
+            fleet.proxies[i].pass()
+        }
         (Kind::ClockStep, true) => fleet.step_clock(i, p.step_ms),
         (Kind::ClockStep, false) => fleet.step_clock(i, 0),
         (Kind::Failover, true) => fleet.failover(p.target),

@@ -23,9 +23,13 @@
 //! window yet and the credit is spent, or the store is down (the failure
 //! policy decides, never the credit).
 //!
-//! Hits the store could not count are sent again until their window ends,
-//! then given up (`sluice_store_credit_lost_total`): an instance that dies
-//! loses its unsent credit too, each a credit more past the limit.
+//! A count that failed (an error, or no answer in time) is in doubt: the
+//! store may have counted it, so it is never sent again (twice counted, it
+//! would refuse others under the limit), and may not have, so its hits keep
+//! holding the key's credit until the window ends
+//! (`sluice_store_credit_doubt_total`). Either way the store lacks at most a
+//! credit of this instance's hits, as the bound says. An instance that dies
+//! loses what it had not counted: a credit more past the limit for each.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -38,8 +42,6 @@ use crate::limiter::{Algorithm, Now, Tally, WindowStart, clock};
 use crate::{CounterKey, Increment};
 
 const SHARDS: usize = 16;
-/// Entries looked at to make room in a full shard.
-const SAMPLE: usize = 8;
 /// The count seen once the store counted a key's hits in another window
 /// than this instance's clock put them in (a clock stepped, not yet
 /// followed): past every limit, so the key takes the exact path for the
@@ -54,9 +56,11 @@ struct Owed {
     end_s: u64,
     /// The store's count as last answered here.
     seen: u64,
-    /// Hits answered on credit and not sent yet; sent and not answered.
+    /// Hits answered on credit and not sent yet; sent and not answered;
+    /// sent and never answered (in doubt: see the module's words).
     unsent: u64,
     sending: u64,
+    doubt: u64,
     /// What the hits are sent as (their count set when sent).
     inc: Increment,
 }
@@ -69,6 +73,7 @@ impl Owed {
             seen: 0,
             unsent: 0,
             sending: 0,
+            doubt: 0,
             inc: Increment {
                 late: None,
                 take: None,
@@ -78,8 +83,16 @@ impl Owed {
         }
     }
 
+    /// Hits answered here the store may not have counted.
     fn pending(&self) -> u64 {
-        self.unsent.saturating_add(self.sending)
+        self.unsent
+            .saturating_add(self.sending)
+            .saturating_add(self.doubt)
+    }
+
+    /// Hits still to be counted (not in doubt).
+    fn owes(&self) -> bool {
+        self.unsent > 0 || self.sending > 0
     }
 }
 
@@ -95,8 +108,8 @@ pub(crate) struct Credit {
     due: Mutex<Vec<CounterKey>>,
     /// Woken when a key's credit is spent: sent at once, not at the tick.
     pub(crate) wake: Notify,
-    /// Hits answered on credit the store never counted, since last read.
-    lost: AtomicU64,
+    /// Hits answered on credit whose count failed, since last read.
+    doubt: AtomicU64,
 }
 
 impl Credit {
@@ -114,7 +127,7 @@ impl Credit {
             hasher: RandomState::new(),
             due: Mutex::new(Vec::new()),
             wake: Notify::new(),
-            lost: AtomicU64::new(0),
+            doubt: AtomicU64::new(0),
         }
     }
 
@@ -146,7 +159,10 @@ impl Credit {
         let credit = self.of(inc.limit);
         let mut map = self.shard(&inc.key).lock();
         if !map.contains_key(&inc.key) {
-            if map.len() >= self.per_shard && !make_room(&mut map) {
+            // Full: the newcomer takes the exact path. No entry is dropped
+            // before its window ends: seen again, its key would start afresh
+            // with a credit more past the limit.
+            if map.len() >= self.per_shard {
                 return None;
             }
             map.insert(inc.key.clone(), Owed::of(inc));
@@ -154,7 +170,7 @@ impl Credit {
         let o = map.get_mut(&inc.key)?;
         if o.start != inc.window.start {
             // An earlier window's hits are counted first.
-            if o.pending() > 0 || o.end_s > inc.window.start.0 {
+            if o.owes() || o.end_s > inc.window.start.0 {
                 return None;
             }
             *o = Owed::of(inc);
@@ -202,10 +218,10 @@ impl Credit {
         out
     }
 
-    /// The store counted `sent` (`Some` count) or could not (`None`): the
-    /// count is what the key's next credit is judged against; hits not
-    /// counted are sent again while their window lasts.
-    pub(crate) fn landed(&self, sent: &Increment, tally: Option<Tally>, now: Now) {
+    /// The store counted `sent` (`Some` count) or the call failed (`None`):
+    /// the count is what the key's next credit is judged against; a failed
+    /// count is in doubt.
+    pub(crate) fn landed(&self, sent: &Increment, tally: Option<Tally>) {
         if let (Some(t), Some(usage)) = (tally, &sent.leased_usage) {
             usage.counted_late(sent, t);
         }
@@ -223,13 +239,12 @@ impl Credit {
             // credit for it (see `MOVED`).
             Some(Tally::Moved(_)) => o.seen = MOVED,
             Some(_) => {}
-            None => o.unsent = o.unsent.saturating_add(o.sending),
+            None => {
+                o.doubt = o.doubt.saturating_add(o.sending);
+                self.doubt.fetch_add(o.sending, Relaxed);
+            }
         }
         o.sending = 0;
-        if tally.is_none() && o.end_s <= now.0 {
-            self.lost.fetch_add(o.unsent, Relaxed);
-            o.unsent = 0;
-        }
         if o.unsent > 0 {
             drop(map);
             self.due.lock().push(sent.key.clone());
@@ -260,15 +275,13 @@ impl Credit {
         }
     }
 
-    /// Drops counters whose window has ended with nothing owed; returns the
-    /// hits lost since the last sweep.
+    /// Drops counters whose window has ended with nothing to count;
+    /// returns the hits put in doubt since the last sweep.
     pub(crate) fn sweep(&self, now: Now) -> u64 {
         for shard in self.shards.iter() {
-            shard
-                .lock()
-                .retain(|_, o| o.end_s > now.0 || o.pending() > 0);
+            shard.lock().retain(|_, o| o.end_s > now.0 || o.owes());
         }
-        self.lost.swap(0, Relaxed)
+        self.doubt.swap(0, Relaxed)
     }
 
     /// Hits answered on credit and not yet counted by the store.
@@ -279,17 +292,6 @@ impl Credit {
             .map(|s| s.lock().values().map(Owed::pending).sum::<u64>())
             .sum()
     }
-}
-
-/// Drops one entry of a full shard that owes nothing, among the first
-/// [`SAMPLE`]; false when none does (the newcomer takes the exact path).
-fn make_room(map: &mut HashMap<CounterKey, Owed>) -> bool {
-    let idle = map
-        .iter()
-        .take(SAMPLE)
-        .find(|(_, o)| o.pending() == 0)
-        .map(|(k, _)| k.clone());
-    idle.and_then(|k| map.remove(&k)).is_some()
 }
 
 #[cfg(test)]

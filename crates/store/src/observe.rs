@@ -32,7 +32,7 @@ pub trait StoreObserver: Send + Sync {
     /// Requests answered on credit (`count_after`), counts of them sent
     /// to the store, and hits the store never counted.
     fn credit(&self, _answered: u64, _sent: u64) {}
-    fn credit_lost(&self, _hits: u64) {}
+    fn credit_in_doubt(&self, _hits: u64) {}
     /// Leased hits never spent (given up when their lease lapsed).
     fn allowance_stranded(&self, hits: u64);
     /// Positions given back whose answer never came: the store may have

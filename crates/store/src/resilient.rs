@@ -355,9 +355,9 @@ impl Store for Resilient {
         if stranded > 0 {
             self.observer.allowance_stranded(stranded);
         }
-        let lost = self.credit.sweep(now);
-        if lost > 0 {
-            self.observer.credit_lost(lost);
+        let doubt = self.credit.sweep(now);
+        if doubt > 0 {
+            self.observer.credit_in_doubt(doubt);
         }
     }
 

@@ -120,7 +120,7 @@ impl StoreObserver for Metrics {
         s.fetch_add(sent, Relaxed);
     }
 
-    fn credit_lost(&self, hits: u64) {
+    fn credit_in_doubt(&self, hits: u64) {
         self.store.credit[2].fetch_add(hits, Relaxed);
     }
 
@@ -223,7 +223,7 @@ impl StoreMetrics {
             "Leased positions given back after their window whose answer never came: the store may have taken them back unheard, so the usage advisor may read over by them.",
             self.allowance_unsettled.load(Relaxed),
         )?;
-        let [answered, sent, lost] = &self.credit;
+        let [answered, sent, doubt] = &self.credit;
         encode::counter(
             enc,
             "sluice_store_credit_answered",
@@ -238,9 +238,9 @@ impl StoreMetrics {
         )?;
         encode::counter(
             enc,
-            "sluice_store_credit_lost",
-            "Hits answered on credit the store never counted (it failed until their window ended): the key may have passed its limit by them.",
-            lost.load(Relaxed),
+            "sluice_store_credit_in_doubt",
+            "Hits answered on credit whose count failed (an error, or no answer in time): the store may not have counted them, so they are never sent again and hold their key's credit until its window ends.",
+            doubt.load(Relaxed),
         )?;
         encode::counter(
             enc,

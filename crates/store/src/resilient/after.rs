@@ -10,7 +10,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::Resilient;
 use crate::Increment;
-use crate::limiter::Now;
 
 impl Resilient {
     /// Counts what is owed, until cancelled.
@@ -36,18 +35,15 @@ impl Resilient {
     async fn count_owed(self: Arc<Self>, due: Vec<Increment>) {
         let refs: Vec<&Increment> = due.iter().collect();
         let got = self.ask_primary(&refs, None).await;
-        let now = Now::wall();
         self.observer.credit(0, due.len() as u64);
         match got {
             Ok(tallies) => {
                 for (inc, t) in due.iter().zip(tallies) {
                     self.cache.record(inc, &t);
-                    self.credit.landed(inc, Some(t), now);
+                    self.credit.landed(inc, Some(t));
                 }
             }
-            Err(_) => due
-                .iter()
-                .for_each(|inc| self.credit.landed(inc, None, now)),
+            Err(_) => due.iter().for_each(|inc| self.credit.landed(inc, None)),
         }
     }
 }
