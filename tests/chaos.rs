@@ -206,6 +206,18 @@ fn keep(h: &History, fleet: &fleet::Fleet, seed: u64) {
 }
 
 /// The report as the book's table: each fault against each promise.
+/// The rule that counts after, against its bound.
+fn after_line(r: &checker::Report) -> String {
+    let (limit, credit) = (fleet::RULES[9].1, fleet::AFTER_CREDIT);
+    format!(
+        "counting after (`{}`, {limit} a second, credit {credit}, bound {} on {INSTANCES} instances healthy): {} windows past the limit, at most {} admitted in one",
+        fleet::AFTER,
+        u64::from(limit) + INSTANCES as u64 * credit,
+        r.after_over,
+        r.after_most
+    )
+}
+
 fn table(r: &checker::Report) -> String {
     let mut out = String::from(
         "| fault | promise | windows or answers checked | violations |\n|---|---|---|---|\n",
@@ -236,7 +248,7 @@ fn every_short_seed_plans_every_fault_kind() {
 fn short_seeds_keep_every_promise() {
     for (seed, backend, flags) in SEEDS {
         let r = run(seed, SHORT, backend, flags, &nemesis::kinds(backend));
-        eprintln!("{}", table(&r));
+        eprintln!("{}\n{}", table(&r), after_line(&r));
         assert!(r.ops > 1_000, "seed {seed}: only {} operations", r.ops);
         assert_eq!(
             r.kinds,
@@ -293,6 +305,7 @@ fn chaos() {
         r.ops,
         table(&r)
     );
+    println!("{}", after_line(&r));
     for t in &r.stalled_trips {
         println!("the store's own stall, not a violation: {t}");
     }

@@ -89,6 +89,10 @@ pub struct Report {
     /// Each trip as the instance logged it, with its reason (what its
     /// clocks said): so a violation in CI says what sluice saw.
     pub trip_reasons: Vec<String>,
+    /// The rule that counts after: its windows past the limit, and the
+    /// most admitted in one (held to its bound in `table`).
+    pub after_over: usize,
+    pub after_most: u64,
 }
 
 pub const EXACT: &str = "exact count";
@@ -261,6 +265,10 @@ fn windows(h: &History, instances: usize, r: &mut Report) {
                 most * (instances as u64 + 1 + u64::from(lost) + resets) + back + credit,
             )
         };
+        if rule == AFTER {
+            r.after_over += usize::from(hits > limit);
+            r.after_most = r.after_most.max(hits);
+        }
         let active = active(h, span);
         tally(r, &active, promise, hits > bound);
         if hits > bound {
