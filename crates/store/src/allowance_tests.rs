@@ -317,3 +317,64 @@ fn a_flood_of_new_keys_never_strands_a_live_lease() {
     ));
     assert_eq!(a.sweep(Now(0)), 0, "nothing stranded");
 }
+
+/// Many requests at once: while each take is in flight, the key's other
+/// requests are answered plainly (`Plan::Behind`); their answers must not
+/// start the chunk over, or the lease never outgrows what one take's
+/// waiters spend (a hot key on Redis under 256 requests in flight was
+/// answered from its lease 176 times in 22,000).
+#[test]
+fn plain_answers_behind_a_take_do_not_start_the_chunk_over() {
+    let a = Allowance::new(100, 4096).renewing_ahead(false);
+    let mut count = 0;
+    let mut t = 60_000_000;
+    let mut chunks = Vec::new();
+    let mut next = || {
+        t += 1;
+        at("a", 1_000_000, t)
+    };
+    // The next request the lease could not serve, and its plan.
+    let asks = |a: &Allowance, next: &mut dyn FnMut() -> Increment| loop {
+        let inc = next();
+        match a.plan(&inc) {
+            Plan::Served(_) => {}
+            plan => return (inc, plan),
+        }
+    };
+    let mut pending = asks(&a, &mut next);
+    for _ in 0..8 {
+        let (inc, plan) = pending;
+        let Plan::Take { chunk } = plan else {
+            count += 1;
+            a.answered(&inc, &Tally::Count(count));
+            pending = asks(&a, &mut next);
+            continue;
+        };
+        chunks.push(chunk);
+        // 32 requests behind it, counted plainly first, answered after.
+        let behind: Vec<(Increment, u64)> = (0..32)
+            .map(|_| {
+                let b = next();
+                assert_eq!(a.plan(&b), Plan::Behind);
+                count += 1;
+                (b, count)
+            })
+            .collect();
+        count += chunk;
+        a.took(&inc, &chunk_of(&inc, chunk), Tally::Count(count), inc.at_us);
+        // The lease spent at once by requests already waiting for it, then
+        // the plain answers come in, then the next request asks.
+        for _ in 1..chunk {
+            assert!(matches!(a.plan(&next()), Plan::Served(_)));
+        }
+        for (b, c) in &behind {
+            a.answered(b, &Tally::Count(*c));
+        }
+        pending = asks(&a, &mut next);
+    }
+    assert!(
+        chunks.windows(2).all(|w| w[1] == 2 * w[0]),
+        "each take doubles the last: {chunks:?}"
+    );
+    assert!(chunks.len() >= 6, "{chunks:?}");
+}

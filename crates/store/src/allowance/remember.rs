@@ -71,9 +71,19 @@ impl Allowance {
             }
         }
         self.strand(l);
+        // The chunk the key had grown to stays (in its window): under many
+        // requests at once, each answered plainly while a take was in
+        // flight, it would start over at 1 with every answer, and the lease
+        // never grow past what one take's waiters spend at once.
+        let chunk = if l.start == plain.start {
+            l.chunk.max(plain.chunk)
+        } else {
+            plain.chunk
+        };
         *l = Lease {
             taking_us: l.taking_us,
             renewing_us: l.renewing_us,
+            chunk,
             ..plain
         };
     }
