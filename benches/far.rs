@@ -77,17 +77,7 @@ fn main() {
             RULES.to_owned()
         };
         let fleet: Vec<Sluice> = (0..2)
-            .map(|i| {
-                let redis = &stores[i % stores.len()];
-                let link = FarLink::start(redis.port, Duration::from_millis(ms));
-                let url = format!("redis://127.0.0.1:{}", link.port);
-                let mut args = vec!["--redis-url", url.as_str(), "--redis-timeout", "400ms"];
-                args.extend(["--log-level", "warn,sluice=info"]);
-                args.extend(extra.iter().map(String::as_str));
-                let s = Sluice::start(&[("far.yaml", &rules)], &args);
-                assert!(eventually(Duration::from_secs(20), || s.readyz()["status"] == "ready"));
-                s
-            })
+            .map(|i| instance(&stores[i % stores.len()], ms, &rules, &extra))
             .collect();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -117,6 +107,18 @@ fn main() {
             row(&place, name, &lat, admitted, took);
         }
     }
+}
+
+/// An instance on `redis`, through a delay line of `ms` each way.
+fn instance(redis: &RedisServer, ms: u64, rules: &str, extra: &[String]) -> Sluice {
+    let link = FarLink::start(redis.port, Duration::from_millis(ms));
+    let url = format!("redis://127.0.0.1:{}", link.port);
+    let mut args = vec!["--redis-url", url.as_str(), "--redis-timeout", "400ms"];
+    args.extend(["--log-level", "warn,sluice=info"]);
+    args.extend(extra.iter().map(String::as_str));
+    let s = Sluice::start(&[("far.yaml", rules)], &args);
+    assert!(eventually(Duration::from_secs(20), || s.readyz()["status"] == "ready"));
+    s
 }
 
 /// `rules` with every limit halved: each region's share of the budget,

@@ -39,6 +39,8 @@ mod proxy;
 mod pulse;
 #[path = "chaos/refusals.rs"]
 mod refusals;
+#[path = "chaos/rules.rs"]
+mod rules;
 #[path = "chaos/store.rs"]
 mod store;
 #[path = "chaos/workload.rs"]

@@ -36,6 +36,30 @@ struct Flight {
     count: Option<u64>,
 }
 
+/// One step of a call in flight, picked by `rng`: it fails before reaching
+/// the store, or reaches it, or its answer comes back (or never does: a
+/// timeout, in doubt).
+fn fly(credits: &[Credit], flights: &mut Vec<Flight>, store: &mut u64, rng: &mut Rng) {
+    let f = rng.below(flights.len());
+    let fails = rng.below(10) == 0;
+    let flight = flights.get_mut(f).unwrap();
+    match flight.count {
+        None if fails => {
+            let done = flights.swap_remove(f);
+            credits.get(done.from).unwrap().landed(&done.inc, None);
+        }
+        None => {
+            *store += flight.inc.hits;
+            flight.count = Some(*store);
+        }
+        Some(n) => {
+            let done = flights.swap_remove(f);
+            let tally = (rng.below(5) != 0).then_some(Tally::Count(n));
+            credits.get(done.from).unwrap().landed(&done.inc, tally);
+        }
+    }
+}
+
 /// `instances` instances hammer one key against a store whose calls are
 /// applied and answered in any order the schedule picks (a far store, each
 /// instance a different distance away), some calls failing before or after
@@ -69,32 +93,7 @@ fn run(instances: usize, limit: u32, percent: u64, seed: u64) -> (u64, u64, u64)
                 inc,
                 count: None,
             })),
-            // A call in flight reaches the store, or its answer comes back,
-            // or it fails before reaching the store.
-            _ if !flights.is_empty() && rng.below(10) == 0 => {
-                let f = rng.below(flights.len());
-                if flights.get(f).is_some_and(|f| f.count.is_none()) {
-                    let done = flights.swap_remove(f);
-                    credits.get(done.from).unwrap().landed(&done.inc, None);
-                }
-            }
-            _ if !flights.is_empty() => {
-                let f = rng.below(flights.len());
-                let flight = flights.get_mut(f).unwrap();
-                match flight.count {
-                    None => {
-                        store += flight.inc.hits;
-                        flight.count = Some(store);
-                    }
-                    Some(n) => {
-                        let done = flights.swap_remove(f);
-                        let c = credits.get(done.from).unwrap();
-                        // Some answers never come (a timeout): in doubt.
-                        let tally = (rng.below(5) != 0).then_some(Tally::Count(n));
-                        c.landed(&done.inc, tally);
-                    }
-                }
-            }
+            _ if !flights.is_empty() => fly(&credits, &mut flights, &mut store, &mut rng),
             _ => {}
         }
     }

@@ -73,12 +73,10 @@ pub struct Resilient {
     primary: Box<dyn Primary>,
     fallback: MemoryStore,
     cache: OverLimitCache,
-    /// Leased allowance of hot counters far from their limit, and its
-    /// takes ahead waiting to be sent.
+    /// Leased allowance of hot counters, and its takes ahead to be sent.
     allowance: Allowance,
     renewals: ahead::Renewals,
-    /// Counters of rules that count after, answered on credit ([`Credit`]),
-    /// and how often their hits are counted in the store.
+    /// Counters answered on credit ([`Credit`]), counted every `count_every`.
     credit: Credit,
     count_every: Duration,
     policy: FailurePolicy,
@@ -91,9 +89,8 @@ pub struct Resilient {
     /// Set when the store first answers.
     reached: AtomicBool,
     /// Set when the first connection attempt has ended, either way; until
-    /// then a request waits for it (within its store wait) rather than
-    /// being decided by the policy while the store is merely not yet
-    /// dialled, and `settle` wakes the waiters.
+    /// then a request waits for it (within its store wait), not decided by
+    /// the policy while the store is not yet dialled; `settle` wakes them.
     settled: AtomicBool,
     settle: Notify,
     breaker: Mutex<Breaker>,
@@ -125,9 +122,8 @@ pub struct ResilientOptions {
     pub allowance_max_chunk: u64,
     /// Leases renewed ahead of running out (`--allowance-ahead`).
     pub allowance_ahead: bool,
-    /// Counters answered on credit at once (`--count-after-keys`), a key's
-    /// credit in percent of its limit (`--count-after-credit`), and how
-    /// long their hits wait to be counted (`--count-after-interval`).
+    /// `--count-after-keys`, `--count-after-credit` (percent of a limit),
+    /// `--count-after-interval`.
     pub count_after_keys: usize,
     pub count_after_credit: u64,
     pub count_after_interval: Duration,

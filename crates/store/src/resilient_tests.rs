@@ -1,5 +1,5 @@
 //! The safety net against a fake primary, on tokio's paused clock: which
-//! errors trip the breaker, what a malformed reply becomes, and how often a
+//! errors trip the breaker, what a malformed reply becomes, how often a
 //! store that answers probes but fails requests is tried again.
 
 use super::*;
@@ -113,21 +113,8 @@ impl Primary for Arc<Fake> {
 pub(super) fn inc(v: &str) -> Increment {
     Increment {
         key: CounterKey::new("d", Unit::Hour, [("k", v)]),
-        hits: 1,
-        at_us: 3600 * 1_000_000,
-        refund: false,
-        cacheable: true,
-        leasable: false,
-        usage_counts_refused: false,
-        slot: None,
-        limit: 2,
         window: Window::containing(Unit::Hour, Now(3600)),
-        algorithm: crate::limiter::Algorithm::FixedWindow,
-        on_failure: None,
-        late: None,
-        leased_usage: None,
-        take: None,
-        count_after: false,
+        ..Increment::test_hit(v, 2, 3600 * 1_000_000)
     }
 }
 
@@ -257,9 +244,8 @@ async fn a_wait_that_was_sluices_own_sheds_and_never_trips_or_falls_back() {
     token.cancel();
 }
 
-/// The evidence of sluice's lateness can mislead on a host loaded past
-/// every measure: a store that answers nothing at all is found out once it
-/// has been silent for the bound, however late sluice seems.
+/// Sluice's lateness can mislead on a host loaded past every measure: a
+/// store that answers nothing is found out once silent for the bound.
 #[tokio::test(start_paused = true)]
 async fn a_store_that_answers_nothing_is_found_out_whatever_sluices_lateness() {
     let fake = Fake::new(Mode::Count);
@@ -354,10 +340,10 @@ async fn called(fake: &Fake, calls: usize) -> bool {
     false
 }
 
-/// A take counted before plain requests but answered after them: each of
-/// them refused meanwhile (another instance spent the rest) waits for the
-/// take and is answered from its lease, none from the over-limit cache, so
-/// no leased position is left unspent while a request for it was refused.
+/// A take counted before plain requests but answered after them: each
+/// refused meanwhile (another instance spent the rest) waits for the take
+/// and is answered from its lease, none from the over-limit cache: no
+/// leased position is left unspent while a request for it was refused.
 #[tokio::test(start_paused = true)]
 async fn refusals_behind_a_take_in_flight_get_its_positions() {
     let fake = Fake::new(Mode::SlowTakes);

@@ -25,11 +25,10 @@ use metadata::to_pb;
 pub(crate) use shape::{check_shape, shaped};
 
 /// Descriptor definitions, each boxed: a million of them in one list would
-/// be a third of a gigabyte of one block (copied whole when the parts of a
-/// big file are joined, and held until the last is compiled), where boxes
-/// are freed one by one as the compiler consumes them and their memory
-/// goes to the compiled rules: a million-rule check peaked at 1.22 GB
-/// unboxed, 0.90 GB boxed.
+/// be a third of a gigabyte of one block (copied whole when a big file's
+/// parts are joined, and held until the last is compiled), where boxes are
+/// freed one by one as they are compiled: a million-rule check peaked at
+/// 1.22 GB unboxed, 0.90 GB boxed.
 #[allow(clippy::vec_box)]
 pub type Defs = Vec<Box<DescriptorDef>>;
 
@@ -102,9 +101,8 @@ pub struct RateLimitDef {
     pub replaces: Vec<String>,
     /// `on_store_failure`: this rule's failure policy over `--store-failure`.
     pub on_failure: Option<FailurePolicy>,
-    /// `refundable`: the rule's counters may be given back
-    /// (`is_negative_hits`), so no instance answers them from its local
-    /// over-limit cache.
+    /// `refundable`: its counters may be given back (`is_negative_hits`),
+    /// so no instance answers them from its over-limit cache.
     pub refundable: bool,
     /// `leased_allowance: false`: every request on the rule's counters
     /// asks the store, never a lease (on by default).

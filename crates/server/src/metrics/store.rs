@@ -196,6 +196,29 @@ impl Collector for StoreMetrics {
 }
 
 impl StoreMetrics {
+    /// Counting after: answers on credit, counts sent, hits in doubt.
+    fn encode_credit(&self, enc: &mut DescriptorEncoder<'_>) -> encode::Result {
+        let [answered, sent, doubt] = &self.credit;
+        encode::counter(
+            enc,
+            "sluice_store_credit_answered",
+            "Requests of rules that count after (count_after) answered on this instance's credit, before the store counted them.",
+            answered.load(Relaxed),
+        )?;
+        encode::counter(
+            enc,
+            "sluice_store_credit_counts",
+            "Counts of hits answered on credit sent to the store (one per counter, batched every --count-after-interval).",
+            sent.load(Relaxed),
+        )?;
+        encode::counter(
+            enc,
+            "sluice_store_credit_in_doubt",
+            "Hits answered on credit whose count failed (an error, or no answer in time): the store may not have counted them, so they are never sent again and hold their key's credit until its window ends.",
+            doubt.load(Relaxed),
+        )
+    }
+
     /// What this instance keeps beside the store: leases, the breaker, the
     /// clock it follows, the counters in memory.
     fn encode_local(&self, enc: &mut DescriptorEncoder<'_>) -> encode::Result {
@@ -223,25 +246,7 @@ impl StoreMetrics {
             "Leased positions given back after their window whose answer never came: the store may have taken them back unheard, so the usage advisor may read over by them.",
             self.allowance_unsettled.load(Relaxed),
         )?;
-        let [answered, sent, doubt] = &self.credit;
-        encode::counter(
-            enc,
-            "sluice_store_credit_answered",
-            "Requests of rules that count after (count_after) answered on this instance's credit, before the store counted them.",
-            answered.load(Relaxed),
-        )?;
-        encode::counter(
-            enc,
-            "sluice_store_credit_counts",
-            "Counts of hits answered on credit sent to the store (one per counter, batched every --count-after-interval).",
-            sent.load(Relaxed),
-        )?;
-        encode::counter(
-            enc,
-            "sluice_store_credit_in_doubt",
-            "Hits answered on credit whose count failed (an error, or no answer in time): the store may not have counted them, so they are never sent again and hold their key's credit until its window ends.",
-            doubt.load(Relaxed),
-        )?;
+        self.encode_credit(enc)?;
         encode::counter(
             enc,
             "sluice_store_circuit_trips",

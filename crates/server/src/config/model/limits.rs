@@ -1,11 +1,8 @@
 //! The `rate_limit` block and its extensions: the reference's fields
 //! (`unit`, `requests_per_unit`, `unlimited`, `name`, `replaces`) and
-//! sluice's (`window`, `algorithm`, `burst`, `on_store_failure`, and the
-//! `rate_limits` list).
+//! sluice's (`window`, `algorithm`, `burst`, `on_store_failure`, ...).
 
-use crate::config::yaml::Location;
-
-use super::super::yaml::{Node, Value};
+use super::super::yaml::{Location, Node, Value};
 use super::{LimitDef, Parser, RateLimitDef, join, key_of};
 use crate::limiter::{Algorithm, MAX_WINDOW_SECONDS, Period, Unit};
 use crate::store::FailurePolicy;
@@ -24,7 +21,6 @@ struct Fields<'n> {
     window_given: bool,
     algorithm: Option<(String, &'n Node)>,
     burst: Option<(u32, &'n Node)>,
-    /// `overdraft:` as written, for a token bucket.
     overdraft: Option<(bool, &'n Node)>,
     on_failure: Option<FailurePolicy>,
     refundable: bool,
