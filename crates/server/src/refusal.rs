@@ -85,19 +85,23 @@ impl Refusal {
 /// does not decode; a trailers-only answer carries the status in the
 /// headers. `true` when `headers` were such an answer, now rewritten.
 pub(crate) fn tonic_refusal_as_invalid(headers: &mut tonic::codegen::http::HeaderMap) -> bool {
-    let Some(status) = headers.get("grpc-status") else {
+    use tonic::codegen::http::HeaderName;
+    // Names made once: looking up by `&str` parses it on every answer.
+    static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+    static GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+    let Some(status) = headers.get(&GRPC_STATUS) else {
         return false;
     };
     let refused = match tonic::Code::from_bytes(status.as_bytes()) {
         tonic::Code::OutOfRange => true,
         tonic::Code::Internal => headers
-            .get("grpc-message")
+            .get(&GRPC_MESSAGE)
             .is_some_and(|m| m.as_bytes().starts_with(b"failed%20to%20decode")),
         _ => false,
     };
     if refused {
         let invalid = tonic::Code::InvalidArgument as i32;
-        headers.insert("grpc-status", invalid.into());
+        headers.insert(GRPC_STATUS.clone(), invalid.into());
     }
     refused
 }

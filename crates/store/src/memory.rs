@@ -1,7 +1,7 @@
 //! The embedded store: sharded in-process counters for a single instance.
 //!
 //! A counter is 40 bytes in its table: a 128-bit keyed hash stands for the
-//! key (two SipHash runs under random keys, so a client cannot aim two
+//! key (one SipHash-1-3-128 run under a random key, so a client cannot aim two
 //! descriptors at one counter), and window, limit and count take 24 bytes. A
 //! million live keys cost well under 128 bytes each, table slack included.
 //!
@@ -17,6 +17,8 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
+
+use siphasher::sip128::{Hasher128, SipHasher13};
 
 use parking_lot::Mutex;
 
@@ -124,7 +126,8 @@ type Shard = HashMap<Id, Slot, BuildHasherDefault<PreHashed>>;
 #[derive(Debug)]
 pub struct MemoryStore {
     shards: Box<[Mutex<Shard>]>,
-    hashers: [RandomState; 2],
+    /// The key of the counters' 128-bit hash, random per process.
+    key: (u64, u64),
     per_shard: usize,
     evictions: AtomicU64,
     /// Live counters at the last sweep (the gauge; exact counting per
@@ -153,7 +156,12 @@ impl MemoryStore {
     pub fn with_capacity(max_counters: usize) -> MemoryStore {
         MemoryStore {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-            hashers: [RandomState::new(), RandomState::new()],
+            // std's keys are random per process: a constant hashed under
+            // them is a key no client can know.
+            key: (
+                RandomState::new().hash_one(0u8),
+                RandomState::new().hash_one(1u8),
+            ),
             per_shard: max_counters.div_ceil(SHARDS).max(1),
             evictions: AtomicU64::new(0),
             live: AtomicU64::new(0),
@@ -226,11 +234,13 @@ impl MemoryStore {
 
     /// The shard and id of `inc`'s counter.
     fn locate(&self, inc: &Increment) -> (&Mutex<Shard>, Id) {
-        let bytes = inc.key.as_bytes();
-        let high = self.hashers[0].hash_one(bytes);
-        let id = Id(high, self.hashers[1].hash_one(bytes));
+        // One 128-bit run: half the cost of two 64-bit ones, the same bits.
+        let mut h = SipHasher13::new_with_keys(self.key.0, self.key.1);
+        h.write(inc.key.as_bytes());
+        let hash = h.finish128();
+        let id = Id(hash.h1, hash.h2);
         #[allow(clippy::indexing_slicing, reason = "taken modulo the shard count")]
-        (&self.shards[high as usize % SHARDS], id)
+        (&self.shards[hash.h1 as usize % SHARDS], id)
     }
 
     /// Empties the counters of `batch` (a sliding window keeps both of its

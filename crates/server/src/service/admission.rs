@@ -10,6 +10,7 @@ use std::time::Duration;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use tokio::time::Instant;
+use tonic::codegen::http::HeaderName;
 use tonic::metadata::MetadataMap;
 
 use crate::conn::Activity;
@@ -86,7 +87,9 @@ impl Collector for PendingGauge {
 /// The caller's deadline, from its `grpc-timeout` (Envoy sends its filter
 /// timeout there).
 pub(crate) fn deadline(metadata: &MetadataMap) -> Option<Instant> {
-    let v = metadata.get("grpc-timeout")?.to_str().ok()?;
+    // A name made once: looking up by `&str` parses it on every request.
+    static GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
+    let v = metadata.as_ref().get(&GRPC_TIMEOUT)?.to_str().ok()?;
     parse_timeout(v).map(|d| Instant::now() + d)
 }
 
