@@ -280,9 +280,11 @@ fn ok_status() -> DescriptorStatus {
     }
 }
 
-#[tonic::async_trait]
-impl RateLimitService for RateLimiter {
-    async fn should_rate_limit(
+impl RateLimiter {
+    /// One `ShouldRateLimit` call: the caller's deadline and connection
+    /// taken from it, decided, answered. The gRPC server calls it directly
+    /// ([`crate::server`]'s RLS service), without the trait's boxed future.
+    pub(crate) async fn serve(
         &self,
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, Status> {
@@ -294,8 +296,25 @@ impl RateLimitService for RateLimiter {
             deadline: admission::deadline(&metadata),
             conn: extensions.get::<Arc<Activity>>().map(|a| &**a),
         };
-        let answer = telemetry::within(span, self.handle_call(message, &call)).await?;
+        // Awaited in place: through `telemetry::within` the decision's
+        // future (the largest of the request) was moved twice more.
+        let answer = match span {
+            Some(span) => {
+                tracing::Instrument::instrument(self.handle_call(message, &call), span).await?
+            }
+            None => self.handle_call(message, &call).await?,
+        };
         Ok(tonic::Response::new(answer))
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitService for RateLimiter {
+    async fn should_rate_limit(
+        &self,
+        request: tonic::Request<RateLimitRequest>,
+    ) -> Result<tonic::Response<RateLimitResponse>, Status> {
+        self.serve(request).await
     }
 }
 

@@ -231,7 +231,7 @@ impl Usage {
 
     /// A counter moved from `before` to `after`, its hits total by `hits`.
     fn moved(&self, window_s: u64, now: u64, (before, after): (u64, u64), hits: i64) {
-        let (from, to) = (levels::index(before), levels::index(after));
+        let (from, to) = levels::indices(before, after);
         if from == to && hits == 0 {
             return;
         }

@@ -45,6 +45,19 @@ pub fn index(count: u64) -> usize {
     LEVELS.partition_point(|&l| l <= count)
 }
 
+/// `(index(a), index(b))` with one search where no level lies between
+/// `a` and `b`, as for most requests (a count moving by a hit or a few).
+pub fn indices(a: u64, b: u64) -> (usize, usize) {
+    let (low, high) = if a <= b { (a, b) } else { (b, a) };
+    let top = index(high);
+    let bottom = if top == 0 || level(top - 1) <= low {
+        top
+    } else {
+        index(low)
+    };
+    if a <= b { (bottom, top) } else { (top, bottom) }
+}
+
 /// The level at `i` (the `i`-th crossed is `LEVELS[i]`), or past the top.
 pub fn level(i: usize) -> u64 {
     LEVELS.get(i).copied().unwrap_or(u64::MAX)

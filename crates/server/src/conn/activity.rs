@@ -84,9 +84,10 @@ impl Activity {
         self.reading.fetch_add(1, Relaxed);
     }
 
+    /// (No clock read: the request is still in flight, so the connection
+    /// is busy until its guard records the end.)
     pub(crate) fn body_done(&self) {
         self.reading.fetch_sub(1, Relaxed);
-        self.touch();
     }
 
     /// A request body of this connection is still arriving: only reading

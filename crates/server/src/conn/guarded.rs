@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
-use tokio_util::sync::WaitForCancellationFutureOwned;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::activity::Activity;
 use super::{ConnBounds, Ticket};
@@ -44,6 +44,13 @@ pub(crate) struct Guarded<IO> {
     heard: usize,
     /// Cancelled when the seat is given to a newcomer.
     evicted: Pin<Box<WaitForCancellationFutureOwned>>,
+    /// The token `evicted` waits on, for a check without a poll.
+    close: CancellationToken,
+    /// The waker `timer` and `evicted` were last polled with: each holds
+    /// it, so while the task's waker is the same a pending read need not
+    /// poll them again (two polls were a tenth of sluice's own cost of a
+    /// request); one that fired is seen by its check.
+    armed: Option<Waker>,
     stall: Duration,
     /// Set while a write waits for the peer to take bytes.
     blocked: Option<Pin<Box<Sleep>>>,
@@ -66,6 +73,8 @@ impl<IO> Guarded<IO> {
             timer: Box::pin(tokio::time::sleep_until(Instant::now() + first)),
             heard: 0,
             evicted: Box::pin(ticket.close.clone().cancelled_owned()),
+            close: ticket.close.clone(),
+            armed: None,
             activity,
             by,
             idle: limits.idle_timeout,
@@ -168,6 +177,13 @@ impl<IO> Guarded<IO> {
 
     /// Pending until the idle timeout has passed with nothing happening.
     fn poll_idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let quiet = self.armed.as_ref().is_some_and(|w| w.will_wake(cx.waker()))
+            && !self.timer.is_elapsed()
+            && !self.close.is_cancelled();
+        if quiet {
+            return Poll::Pending;
+        }
+        self.armed = None;
         if self.evicted.as_mut().poll(cx).is_ready() {
             return Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::ConnectionAborted,
@@ -176,6 +192,7 @@ impl<IO> Guarded<IO> {
         }
         loop {
             if self.timer.as_mut().poll(cx).is_pending() {
+                self.armed = Some(cx.waker().clone());
                 return Poll::Pending;
             }
             if !self.activity.is_established() {

@@ -4,13 +4,13 @@
 use std::future::Future;
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::server::Router;
 use tonic_health::pb::health_server::{Health, HealthServer};
 use tracing::info;
 
 use super::edge::Edge;
+use super::rls::RlsServer;
 use super::{GrpcListener, ServeOptions};
 use crate::application::App;
 use crate::conn::{self, BodyBudget, BodyWatch, ConnBounds, Guarded, IdleBy};
@@ -50,8 +50,7 @@ pub(super) fn router(
         .http2_max_pending_accept_reset_streams(Some(g.max_pending_resets))
         .add_service(health)
         .add_service(Edge {
-            inner: RateLimitServiceServer::new(app.limiter.clone())
-                .max_decoding_message_size(opts.max_request_bytes),
+            inner: RlsServer::new(app.limiter.clone(), opts.max_request_bytes),
             metrics: metrics.clone(),
             watch: BodyWatch::Unary(BodyBudget::new(
                 g.body.per_connection,

@@ -261,6 +261,7 @@ mod bounds;
 mod edge;
 mod grpc;
 mod prune;
+mod rls;
 mod tasks;
 pub use bounds::{BodyBounds, GrpcBounds};
 
