@@ -49,6 +49,8 @@ impl CounterKey {
         let space = space.into();
         let entries = entries.into_iter();
         // Sized exactly: a key longer than a guess would be copied as it grows.
+        // Most keys are short: built on the stack, they take one allocation
+        // (the key's own) instead of two.
         let size = 4
             + domain.len()
             + 5
@@ -56,20 +58,15 @@ impl CounterKey {
                 .clone()
                 .map(|(k, v)| 8 + k.len() + v.len())
                 .sum::<usize>();
-        let mut buf = Vec::with_capacity(size);
-        push(&mut buf, domain.as_bytes());
-        match (space.period, space.algorithm) {
-            (Period::Unit(unit), Algorithm::FixedWindow) => buf.push(unit.proto() as u8),
-            (period, algorithm) => {
-                buf.push(SHAPED + algorithm.tag());
-                let seconds = u32::try_from(period.seconds()).unwrap_or(u32::MAX);
-                buf.extend_from_slice(&seconds.to_be_bytes());
+        if size <= INLINE {
+            let mut buf = Inline::default();
+            write(&mut buf, domain, space, entries.clone());
+            if let Some(bytes) = buf.bytes() {
+                return CounterKey(Arc::from(bytes));
             }
         }
-        for (k, v) in entries {
-            push(&mut buf, k.as_bytes());
-            push(&mut buf, v.as_bytes());
-        }
+        let mut buf = Vec::with_capacity(size);
+        write(&mut buf, domain, space, entries);
         CounterKey(buf.into())
     }
 
@@ -109,9 +106,82 @@ fn take<'a>(rest: &mut &'a [u8]) -> &'a str {
     std::str::from_utf8(part).unwrap_or_default()
 }
 
-fn push(buf: &mut Vec<u8>, part: &[u8]) {
-    buf.extend_from_slice(&u32::try_from(part.len()).unwrap_or(u32::MAX).to_be_bytes());
-    buf.extend_from_slice(part);
+/// The longest key built on the stack.
+const INLINE: usize = 128;
+
+/// Where a key's bytes are written.
+trait Sink {
+    fn put(&mut self, bytes: &[u8]);
+}
+
+impl Sink for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+/// A key of at most [`INLINE`] bytes, on the stack.
+struct Inline {
+    buf: [u8; INLINE],
+    len: usize,
+    /// More was written than fits (never, when sized first).
+    overflow: bool,
+}
+
+impl Default for Inline {
+    fn default() -> Inline {
+        Inline {
+            buf: [0; INLINE],
+            len: 0,
+            overflow: false,
+        }
+    }
+}
+
+impl Inline {
+    fn bytes(&self) -> Option<&[u8]> {
+        (!self.overflow).then(|| self.buf.get(..self.len)).flatten()
+    }
+}
+
+impl Sink for Inline {
+    fn put(&mut self, bytes: &[u8]) {
+        let end = self.len + bytes.len();
+        match self.buf.get_mut(self.len..end) {
+            Some(dst) => {
+                dst.copy_from_slice(bytes);
+                self.len = end;
+            }
+            None => self.overflow = true,
+        }
+    }
+}
+
+/// The key's bytes: the domain, the space's tag, then each entry.
+fn write<'a>(
+    buf: &mut impl Sink,
+    domain: &str,
+    space: KeySpace,
+    entries: impl Iterator<Item = (&'a str, &'a str)>,
+) {
+    push(buf, domain.as_bytes());
+    match (space.period, space.algorithm) {
+        (Period::Unit(unit), Algorithm::FixedWindow) => buf.put(&[unit.proto() as u8]),
+        (period, algorithm) => {
+            buf.put(&[SHAPED + algorithm.tag()]);
+            let seconds = u32::try_from(period.seconds()).unwrap_or(u32::MAX);
+            buf.put(&seconds.to_be_bytes());
+        }
+    }
+    for (k, v) in entries {
+        push(buf, k.as_bytes());
+        push(buf, v.as_bytes());
+    }
+}
+
+fn push(buf: &mut impl Sink, part: &[u8]) {
+    buf.put(&u32::try_from(part.len()).unwrap_or(u32::MAX).to_be_bytes());
+    buf.put(part);
 }
 
 impl fmt::Debug for CounterKey {

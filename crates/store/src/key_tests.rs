@@ -53,3 +53,25 @@ fn debug_does_not_show_values() {
     let k = CounterKey::new("d", Unit::Second, [("email", "a@example.com")]);
     assert!(!format!("{k:?}").contains("example"));
 }
+
+/// A key is its length-prefixed parts whether it was built on the stack
+/// (short) or on the heap: the same bytes on either side of the line.
+#[test]
+fn keys_are_the_same_bytes_short_or_long() {
+    for len in [0, 1, 200, 220, 221, 222, 223, 224, 230, 255, 256, 300, 5000] {
+        let value = "v".repeat(len);
+        let key = CounterKey::new("dom", Unit::Second, [("k", value.as_str())]);
+        let mut want = Vec::new();
+        for part in ["dom".as_bytes()] {
+            want.extend_from_slice(&(part.len() as u32).to_be_bytes());
+            want.extend_from_slice(part);
+        }
+        want.push(Unit::Second.proto() as u8);
+        for part in ["k".as_bytes(), value.as_bytes()] {
+            want.extend_from_slice(&(part.len() as u32).to_be_bytes());
+            want.extend_from_slice(part);
+        }
+        assert_eq!(key.as_bytes(), &want[..], "value of {len} bytes");
+        assert_eq!(key.parts(), ("dom", vec![("k", value.as_str())]));
+    }
+}

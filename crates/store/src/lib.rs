@@ -292,6 +292,13 @@ pub trait Store: Send + Sync + 'static {
         batch: &'a [Increment],
     ) -> BoxFuture<'a, Result<Vec<Tally>, StoreError>>;
 
+    /// The counts of `batch` at once, from a store that never waits for
+    /// anything (the memory store): no future to box and poll on the
+    /// request path. `None`: ask [`Store::increment`].
+    fn increment_now(&self, _batch: &[Increment]) -> Option<Result<Vec<Tally>, StoreError>> {
+        None
+    }
+
     /// As [`Store::increment`], for a caller that will not wait past
     /// `deadline`: a store that waits for a reply answers by then.
     fn increment_until<'a>(
