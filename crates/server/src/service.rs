@@ -18,7 +18,7 @@ use crate::metrics::{Metrics, Outcome};
 use crate::privacy::Privacy;
 use crate::refusal::Refusal;
 use crate::request::{Bounds, Request, RequestError};
-use crate::store::{Increment, Store, StoreError, expect_counts};
+use crate::store::{Answer, Increment, Store, StoreError, expect_counts};
 use crate::telemetry;
 
 mod admission;
@@ -203,13 +203,13 @@ impl RateLimiter {
         increments: &[Increment],
         call: &Call<'_>,
     ) -> Result<Vec<Tally>, StoreError> {
-        // A store that never waits (memory) answers at once: nothing waits
-        // for it, so nothing is admitted or shed. With tracing on, its call
-        // is spanned as any store's.
-        if !telemetry::enabled()
-            && let Some(counted) = self.store.increment_now(increments)
-        {
-            return counted;
+        // A store that never waits (memory) is asked at once: nothing waits
+        // for it, so nothing is admitted or shed.
+        if !self.store.waits() && !telemetry::enabled() {
+            return match self.store.answer(increments, call.deadline) {
+                Answer::Now(counted) => counted,
+                Answer::Later(asked) => asked.await,
+            };
         }
         let open = || {
             self.metrics
@@ -227,8 +227,17 @@ impl RateLimiter {
                 "--max-pending decisions already wait for the store",
             );
         };
-        let span = telemetry::enabled().then(telemetry::store_span);
-        telemetry::within(span, self.store.increment_until(increments, call.deadline)).await
+        if telemetry::enabled() {
+            let span = Some(telemetry::store_span());
+            return telemetry::within(span, self.store.increment_until(increments, call.deadline))
+                .await;
+        }
+        // What the store has at hand is answered without a future: the
+        // memory store, and a shared store's leases.
+        match self.store.answer(increments, call.deadline) {
+            Answer::Now(counted) => counted,
+            Answer::Later(asked) => asked.await,
+        }
     }
 
     /// `--stop-increment-when-over-limit`, as the reference's

@@ -61,6 +61,12 @@ use crate::limiter::{Algorithm, Tally, Window};
 /// A boxed future, so stores can sit behind `dyn Store`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// A store's counts for a batch: at hand, or to wait for.
+pub enum Answer<'a> {
+    Now(Result<Vec<Tally>, StoreError>),
+    Later(BoxFuture<'a, Result<Vec<Tally>, StoreError>>),
+}
+
 /// Add `hits` to the counter `key` of `window`.
 #[derive(Debug, Clone)]
 pub struct Increment {
@@ -292,11 +298,24 @@ pub trait Store: Send + Sync + 'static {
         batch: &'a [Increment],
     ) -> BoxFuture<'a, Result<Vec<Tally>, StoreError>>;
 
-    /// The counts of `batch` at once, from a store that never waits for
-    /// anything (the memory store): no future to box and poll on the
-    /// request path. `None`: ask [`Store::increment`].
-    fn increment_now(&self, _batch: &[Increment]) -> Option<Result<Vec<Tally>, StoreError>> {
-        None
+    /// Whether a call may wait (for a server, a lock held across a wait):
+    /// false for the memory store, which a request path need not admit
+    /// past `--max-pending` or shed, as nothing waits for it.
+    fn waits(&self) -> bool {
+        true
+    }
+
+    /// The counts of `batch` at once when this store has them without
+    /// waiting (the memory store always; a shared store when every
+    /// increment is answered here, from a lease, the over-limit cache or
+    /// credit), else the call that waits, as [`Store::increment_until`]:
+    /// no future to box and poll on the request path when nothing waits.
+    fn answer<'a>(
+        &'a self,
+        batch: &'a [Increment],
+        deadline: Option<tokio::time::Instant>,
+    ) -> Answer<'a> {
+        Answer::Later(self.increment_until(batch, deadline))
     }
 
     /// As [`Store::increment`], for a caller that will not wait past

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::demand::{DemandTables, DemandUpdate, Fleet};
 use super::slots::Slots;
-use super::{BoxFuture, Increment, Occupancy, Store, StoreError, StoreHealth};
+use super::{Answer, BoxFuture, Increment, Occupancy, Store, StoreError, StoreHealth};
 use crate::limiter::Now;
 use crate::limiter::{Algorithm, Tally};
 use apply::{apply, give_back};
@@ -291,8 +291,12 @@ impl Store for MemoryStore {
         Box::pin(std::future::ready(Ok(counts)))
     }
 
-    fn increment_now(&self, batch: &[Increment]) -> Option<Result<Vec<Tally>, StoreError>> {
-        Some(Ok(self.count(batch.iter())))
+    fn waits(&self) -> bool {
+        false
+    }
+
+    fn answer<'a>(&'a self, batch: &'a [Increment], _: Option<tokio::time::Instant>) -> Answer<'a> {
+        Answer::Now(Ok(self.count(batch.iter())))
     }
 
     fn reset<'a>(&'a self, batch: &'a [Increment]) -> BoxFuture<'a, Result<(), StoreError>> {

@@ -36,8 +36,8 @@ use super::credit::Credit;
 use super::demand::{DemandUpdate, Fleet};
 use super::lag::Lag;
 use super::{
-    BoxFuture, FailurePolicy, Increment, MemoryStore, Occupancy, OverLimitCache, Store, StoreError,
-    StoreHealth, expect_counts,
+    Answer, BoxFuture, FailurePolicy, Increment, MemoryStore, Occupancy, OverLimitCache, Store,
+    StoreError, StoreHealth, expect_counts,
 };
 use crate::limiter::{Decision, Now, Tally};
 use crate::observe::{StoreCall, StoreObserver};
@@ -334,6 +334,10 @@ impl Store for Resilient {
         deadline: Option<Instant>,
     ) -> BoxFuture<'a, Result<Vec<Tally>, StoreError>> {
         Box::pin(self.count(batch, deadline))
+    }
+
+    fn answer<'a>(&'a self, batch: &'a [Increment], deadline: Option<Instant>) -> Answer<'a> {
+        self.answer_here(batch, deadline)
     }
 
     fn reset<'a>(&'a self, batch: &'a [Increment]) -> BoxFuture<'a, Result<(), StoreError>> {

@@ -28,7 +28,7 @@ pub(super) struct Fake {
     pub(super) mode: StdMutex<Mode>,
     counts: StdMutex<std::collections::HashMap<String, u64>>,
     probes: AtomicUsize,
-    calls: AtomicUsize,
+    pub(super) calls: AtomicUsize,
     /// What the fake says when asked whether a call of its is stalled.
     pub(super) stalled: StdMutex<Option<bool>>,
 }

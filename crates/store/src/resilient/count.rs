@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use super::{Resilient, Undecided};
 use crate::allowance::Plan;
 use crate::limiter::{Decision, Now, Tally, clock};
-use crate::{Increment, StoreError, Take};
+use crate::{Answer, Increment, StoreError, Take};
 
 /// How one increment of a batch goes.
 #[derive(Debug, Clone, Copy)]
@@ -67,6 +67,39 @@ impl Resilient {
         deadline: Option<Instant>,
     ) -> Result<Vec<Tally>, StoreError> {
         let steps: Vec<Step> = batch.iter().map(|inc| self.step(inc)).collect();
+        self.finish(batch, steps, deadline).await
+    }
+
+    /// `batch` answered at once when each increment is answered here
+    /// (its steps taken once: a lease's position is spent by the step),
+    /// else the call that asks the store for the rest.
+    pub(super) fn answer_here<'a>(
+        &'a self,
+        batch: &'a [Increment],
+        deadline: Option<Instant>,
+    ) -> Answer<'a> {
+        let steps: Vec<Step> = batch.iter().map(|inc| self.step(inc)).collect();
+        if steps.iter().any(|s| matches!(s, Step::Ask(_))) {
+            return Answer::Later(Box::pin(self.finish(batch, steps, deadline)));
+        }
+        self.observe(&steps, 0);
+        Answer::Now(Ok(steps
+            .into_iter()
+            .map(|s| match s {
+                Step::Leased(t) | Step::Cached(t) | Step::Credited(t) => t,
+                Step::Ask(_) => Tally::Decided(Decision::Refuse),
+            })
+            .collect()))
+    }
+
+    /// The rest of [`Resilient::count`] once each increment's step is
+    /// known: the store asked for what was not answered here.
+    async fn finish(
+        &self,
+        batch: &[Increment],
+        steps: Vec<Step>,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<Tally>, StoreError> {
         // A take asks for the chunk in the request's place; only takes are
         // copied, so a batch with none allocates nothing more.
         let mut until_us = None;
@@ -237,3 +270,7 @@ impl Drop for Takes<'_> {
 fn is_take(inc: &Increment, sent: &Increment) -> bool {
     !std::ptr::eq(inc, sent)
 }
+
+#[cfg(test)]
+#[path = "count_tests.rs"]
+mod tests;
