@@ -125,6 +125,7 @@ fn main() {
         ],
     );
     let bucket = body(dir.path(), "bucket", &[&[("tb", "k")]]);
+    let sliding = body(dir.path(), "sliding", &[&[("slide", "k")]]);
     println!("callgrind, {n} requests after 2,000 to warm up; instructions per request\n");
     println!("| case | no-op | sluice (memory) | no-op / sluice |");
     println!("|---|---|---|---|");
@@ -132,6 +133,7 @@ fn main() {
         ("1 descriptor (hot key)", &one),
         ("3 descriptors", &three),
         ("token bucket (hot key)", &bucket),
+        ("sliding window (hot key)", &sliding),
     ];
     let mut hot_noop = None;
     for (case, b) in cases {

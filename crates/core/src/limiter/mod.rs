@@ -267,31 +267,62 @@ pub fn summarize<'a>(
     statuses: impl IntoIterator<Item = &'a Status>,
     global_shadow: bool,
 ) -> Summary {
-    let mut blocking: Option<u64> = None;
-    let (mut quota_seen, mut quota_all_over, mut quota_first_reset) = (false, true, u64::MAX);
-    for s in statuses {
-        if s.quota {
-            quota_seen = true;
-            quota_all_over &= s.over;
-            quota_first_reset = quota_first_reset.min(s.retry_seconds);
-        } else if s.over {
-            blocking = Some(blocking.unwrap_or(0).max(s.retry_seconds));
+    let mut s = Summarizing::default();
+    for status in statuses {
+        s.add(status);
+    }
+    s.summary(global_shadow)
+}
+
+/// [`summarize`] one status at a time, as a request's are decided: no
+/// list of them is kept.
+#[derive(Debug, Clone, Copy)]
+pub struct Summarizing {
+    blocking: Option<u64>,
+    quota_seen: bool,
+    quota_all_over: bool,
+    quota_first_reset: u64,
+}
+
+impl Default for Summarizing {
+    fn default() -> Self {
+        Summarizing {
+            blocking: None,
+            quota_seen: false,
+            quota_all_over: true,
+            quota_first_reset: u64::MAX,
         }
     }
-    if quota_seen && quota_all_over {
-        blocking = Some(blocking.unwrap_or(0).max(quota_first_reset));
+}
+
+impl Summarizing {
+    pub fn add(&mut self, s: &Status) {
+        if s.quota {
+            self.quota_seen = true;
+            self.quota_all_over &= s.over;
+            self.quota_first_reset = self.quota_first_reset.min(s.retry_seconds);
+        } else if s.over {
+            self.blocking = Some(self.blocking.unwrap_or(0).max(s.retry_seconds));
+        }
     }
-    match blocking {
-        Some(wait) if !global_shadow => Summary {
-            over: true,
-            shadowed: false,
-            retry_after: Some(wait.max(1)),
-        },
-        blocked => Summary {
-            over: false,
-            shadowed: blocked.is_some(),
-            retry_after: None,
-        },
+
+    pub fn summary(self, global_shadow: bool) -> Summary {
+        let mut blocking = self.blocking;
+        if self.quota_seen && self.quota_all_over {
+            blocking = Some(blocking.unwrap_or(0).max(self.quota_first_reset));
+        }
+        match blocking {
+            Some(wait) if !global_shadow => Summary {
+                over: true,
+                shadowed: false,
+                retry_after: Some(wait.max(1)),
+            },
+            blocked => Summary {
+                over: false,
+                shadowed: blocked.is_some(),
+                retry_after: None,
+            },
+        }
     }
 }
 

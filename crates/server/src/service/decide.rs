@@ -19,8 +19,9 @@ use crate::store::{Increment, expect_counts};
 struct Verdicts<'r> {
     /// One per descriptor of the request, in order.
     statuses: Vec<DescriptorStatus>,
-    /// Every counted limit's status, for the overall code and Retry-After.
-    decided: Vec<limiter::Status>,
+    /// Every counted limit's status so far, for the overall code and
+    /// Retry-After.
+    decided: limiter::Summarizing,
     /// The metadata of counted descriptors not over their limit.
     passed_metadata: Vec<&'r Struct>,
     /// What the rate-limit headers show, when sluice adds them.
@@ -98,7 +99,7 @@ impl RateLimiter {
         let mut counts = counts.into_iter();
         let mut v = Verdicts {
             statuses: Vec::with_capacity(req.descriptors.len()),
-            decided: Vec::with_capacity(resolved.len()),
+            decided: limiter::Summarizing::default(),
             passed_metadata: Vec::new(),
             shown: Vec::new(),
         };
@@ -127,7 +128,7 @@ impl RateLimiter {
                 if tightest.as_ref().is_none_or(|(t, _)| s.tighter_than(t)) {
                     tightest = Some((s, status));
                 }
-                v.decided.push(s);
+                v.decided.add(&s);
             }
             v.statuses
                 .push(tightest.map_or_else(ok_status, |(_, st)| st));
@@ -183,7 +184,7 @@ impl RateLimiter {
     /// The answer: the overall code, Retry-After, the rate-limit headers and
     /// the dynamic metadata.
     fn respond(&self, req: &Request, v: Verdicts<'_>) -> RateLimitResponse {
-        let summary = limiter::summarize(&v.decided, self.settings.global_shadow);
+        let summary = v.decided.summary(self.settings.global_shadow);
         if summary.shadowed {
             self.metrics.global_shadow_mode();
         }
