@@ -39,7 +39,7 @@ use super::{
     Answer, BoxFuture, FailurePolicy, Increment, MemoryStore, Occupancy, OverLimitCache, Store,
     StoreError, StoreHealth, expect_counts,
 };
-use crate::limiter::{Decision, Now, Tally};
+use crate::limiter::{Now, Tally};
 use crate::observe::{StoreCall, StoreObserver};
 
 /// Why the primary gave no counts.
@@ -289,34 +289,6 @@ impl Resilient {
                 Err(Undecided::Store)
             }
         }
-    }
-
-    /// Decides what the store could not count: each increment by its rule's
-    /// `on_store_failure`, or the server's `--store-failure`.
-    fn by_policy(&self, ask: &[&Increment]) -> Vec<Tally> {
-        if ask.iter().all(|i| i.on_failure.is_none()) {
-            self.observer
-                .policy_decisions(self.policy.name(), ask.len() as u64);
-            if self.policy == FailurePolicy::Fallback {
-                return self.fallback.count(ask.iter().copied());
-            }
-        }
-        ask.iter()
-            .map(|i| {
-                let policy = i.on_failure.unwrap_or(self.policy);
-                self.observer.policy_decisions(policy.name(), 1);
-                match policy {
-                    FailurePolicy::Fallback => self
-                        .fallback
-                        .count(std::iter::once(*i))
-                        .pop()
-                        .unwrap_or(Tally::Decided(Decision::Refuse)),
-                    // A refund is never refused: it gives back, it asks nothing.
-                    FailurePolicy::Deny if !i.refund => Tally::Decided(Decision::Refuse),
-                    FailurePolicy::Allow | FailurePolicy::Deny => Tally::Decided(Decision::Admit),
-                }
-            })
-            .collect()
     }
 }
 

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::CounterKey;
-use crate::limiter::{Unit, Window};
+use crate::limiter::{Decision, Unit, Window};
 use std::sync::Mutex as StdMutex;
 use std::sync::atomic::AtomicUsize;
 

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use super::{Resilient, Undecided};
 use crate::allowance::Plan;
 use crate::limiter::{Decision, Now, Tally, clock};
-use crate::{Answer, Increment, StoreError, Take};
+use crate::{Answer, FailurePolicy, Increment, StoreError, Take};
 
 /// How one increment of a batch goes.
 #[derive(Debug, Clone, Copy)]
@@ -162,6 +162,34 @@ impl Resilient {
         Now::wall_us()
             .saturating_add(wait / 2)
             .saturating_sub(clock::guard_us())
+    }
+
+    /// Decides what the store could not count: each increment by its rule's
+    /// `on_store_failure`, or the server's `--store-failure`.
+    pub(super) fn by_policy(&self, ask: &[&Increment]) -> Vec<Tally> {
+        if ask.iter().all(|i| i.on_failure.is_none()) {
+            self.observer
+                .policy_decisions(self.policy.name(), ask.len() as u64);
+            if self.policy == FailurePolicy::Fallback {
+                return self.fallback.count(ask.iter().copied());
+            }
+        }
+        ask.iter()
+            .map(|i| {
+                let policy = i.on_failure.unwrap_or(self.policy);
+                self.observer.policy_decisions(policy.name(), 1);
+                match policy {
+                    FailurePolicy::Fallback => self
+                        .fallback
+                        .count(std::iter::once(*i))
+                        .pop()
+                        .unwrap_or(Tally::Decided(Decision::Refuse)),
+                    // A refund is never refused: it gives back, it asks nothing.
+                    FailurePolicy::Deny if !i.refund => Tally::Decided(Decision::Refuse),
+                    FailurePolicy::Allow | FailurePolicy::Deny => Tally::Decided(Decision::Admit),
+                }
+            })
+            .collect()
     }
 
     /// Counts what was answered here, for the metrics.
