@@ -187,7 +187,22 @@ async fn an_announced_failover_is_followed_without_waiting_for_the_recheck() {
         OK
     );
     assert_eq!(count(&old), Some(1), "counted on the first master");
-    sentinel.cli(&["sentinel", "failover", "mymaster"]);
+    // Asked until the sentinel starts it: it refuses one (NOGOODSLAVE)
+    // until it has seen the replica in sync, which under load comes after
+    // the replica is listed.
+    let mut refused = Vec::new();
+    let started = eventually(Duration::from_secs(30), || {
+        let said = sentinel.cli(&["sentinel", "failover", "mymaster"]);
+        let ok = said.starts_with("OK") || sentinel.master_port("mymaster") == Some(new.port);
+        if !ok {
+            refused.push(said);
+        }
+        ok
+    });
+    assert!(
+        started,
+        "the sentinel never started a failover: {refused:?}"
+    );
     assert!(
         eventually(Duration::from_secs(30), || sentinel.master_port("mymaster")
             == Some(new.port)),
