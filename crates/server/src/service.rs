@@ -203,31 +203,30 @@ impl RateLimiter {
         increments: &[Increment],
         call: &Call<'_>,
     ) -> Result<Vec<Tally>, StoreError> {
+        let traced = telemetry::enabled();
         // A store that never waits (memory) is asked at once: nothing waits
         // for it, so nothing is admitted or shed.
-        if !self.store.waits() && !telemetry::enabled() {
-            return match self.store.answer(increments, call.deadline) {
-                Answer::Now(counted) => counted,
-                Answer::Later(asked) => asked.await,
-            };
-        }
+        let admitted = self.store.waits() || traced;
         let open = || {
             self.metrics
                 .open_connections(crate::metrics::Listener::Grpc)
         };
-        let Some(_slot) = self.pending.enter(call.conn, open) else {
-            if self.metrics.bound_hit(crate::metrics::Bound::Shed, 1) {
-                tracing::warn!(
-                    max_pending = self.settings.max_pending,
-                    "--max-pending decisions are waiting for the store; shedding (by the rule's own on_store_failure, else UNAVAILABLE; logged once per 10 s)"
+        let _slot = match admitted.then(|| self.pending.enter(call.conn, open)) {
+            Some(None) => {
+                if self.metrics.bound_hit(crate::metrics::Bound::Shed, 1) {
+                    tracing::warn!(
+                        max_pending = self.settings.max_pending,
+                        "--max-pending decisions are waiting for the store; shedding (by the rule's own on_store_failure, else UNAVAILABLE; logged once per 10 s)"
+                    );
+                }
+                return crate::store::shed(
+                    increments,
+                    "--max-pending decisions already wait for the store",
                 );
             }
-            return crate::store::shed(
-                increments,
-                "--max-pending decisions already wait for the store",
-            );
+            slot => slot,
         };
-        if telemetry::enabled() {
+        if traced {
             let span = Some(telemetry::store_span());
             return telemetry::within(span, self.store.increment_until(increments, call.deadline))
                 .await;

@@ -134,7 +134,7 @@ impl Codec for RlsCodec {
 /// tonic's buffer at once: tonic's buffer takes bytes through a generic
 /// path that costs more per byte than the copy does for the whole answer.
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct RlsEncoder;
+struct RlsEncoder;
 
 impl Encoder for RlsEncoder {
     type Item = RateLimitResponse;
